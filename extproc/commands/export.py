@@ -1,0 +1,64 @@
+"""`truthlens export`: Hugging Face checkpoint -> TruthLens model directory.
+
+Prints the parity report (max |ONNX - PyTorch| on sample inputs) as JSON and
+exits 1 when the fp32 graph disagrees with PyTorch beyond --tolerance.
+Needs the `train` extra (torch, transformers, onnx); serving does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+TASKS = ("sequence-classification", "token-classification", "nli")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--from", dest="hf_dir", required=True, metavar="HF_DIR", help="local Hugging Face checkpoint directory")
+    parser.add_argument("--task", required=True, choices=TASKS)
+    parser.add_argument("--out", required=True, metavar="DIR", help="model directory to write")
+    parser.add_argument("--quantize", choices=("int8",), default=None, help="dynamic int8 weight quantization")
+    parser.add_argument("--fp16", action="store_true", help="convert weights to float16 (inputs/outputs stay fp32/int64)")
+    parser.add_argument("--labels", default=None, help="comma-separated label names by output index (default: the checkpoint's id2label)")
+    parser.add_argument("--positive-label", default=None, help="label whose probability is reported (token/sequence tasks)")
+    parser.add_argument("--max-length", type=int, default=None, help="max tokens per row (default: the model's positions, capped at 8192)")
+    parser.add_argument("--template", default=None, help="JSON object or @file.json with the input template (see docs/inference.md)")
+    parser.add_argument("--context-overlap", type=int, default=None,
+                        help="tokens shared by neighbouring context windows (default min(64, max_length // 4))")
+    parser.add_argument("--name", default=None, help="model name recorded in the manifest (default: output directory name)")
+    parser.add_argument("--opset", type=int, default=17)
+    parser.add_argument("--exporter", choices=("legacy", "dynamo"), default="legacy",
+                        help="torch.onnx exporter to try first (the other is the fallback)")
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="max allowed fp32 parity difference")
+
+
+def _template(value: str | None) -> dict | None:
+    if value is None:
+        return None
+    text = open(value[1:], encoding="utf-8").read() if value.startswith("@") else value
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("--template must be a JSON object")
+    return data
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from extproc.inference.export import export_model, report_json
+    except ImportError as exc:  # torch/transformers are an optional extra
+        print(f"truthlens export needs the train extra: pip install 'truthlens[train]' ({exc})", file=sys.stderr)
+        return 2
+    try:
+        report = export_model(
+            args.hf_dir, args.task, args.out, quantize=args.quantize, fp16=args.fp16,
+            labels=[x.strip() for x in args.labels.split(",")] if args.labels else None,
+            template=_template(args.template), max_length=args.max_length, positive_label=args.positive_label,
+            name=args.name, context_overlap=args.context_overlap, opset=args.opset, exporter=args.exporter,
+            tolerance=args.tolerance, provenance={"command": "truthlens export"},
+        )
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"export failed: {exc}", file=sys.stderr)
+        return 1
+    print(report_json(report))
+    return 0 if report["ok"] else 1

@@ -1,0 +1,94 @@
+"""`truthlens serve`: the ext_proc sidecar (gRPC + health + /metrics) until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None, help="TruthLens YAML config (default: built-in defaults)")
+    p.add_argument("--grpc-address", default=None, help="override server.grpc_address (host:port or unix:/path)")
+    p.add_argument("--metrics-address", default=None, help="override server.metrics_address (host:port)")
+    p.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
+    p.add_argument("--log-level", default=None, help="override telemetry.log_level")
+
+
+def run(args: argparse.Namespace) -> int:
+    from extproc.config import ConfigError, default_config, load_config
+
+    try:
+        cfg = load_config(args.config) if args.config else default_config()
+    except ConfigError as exc:
+        print(f"truthlens serve: invalid config {exc.source}:", file=sys.stderr)
+        for line in exc.errors:
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(cfg, args))
+
+
+async def _serve(cfg, args: argparse.Namespace) -> int:  # noqa: ANN001 - Config, imported lazily
+    import logging
+
+    from extproc.config import config_warnings
+    from extproc.server import SidecarServer, run_until_signal
+    from extproc.service import TruthLensService
+    from extproc.telemetry.logging import configure_logging
+    from extproc.wiring import GatewayRuntime, build_engine, build_mitigator, server_options
+
+    configure_logging(args.log_level or cfg.telemetry.log_level, cfg.telemetry.log_content)
+    from extproc.telemetry.tracing import TracingUnavailable, configure_tracing, shutdown_tracing
+
+    tr = cfg.telemetry.tracing
+    try:
+        configure_tracing(tr.enabled, tr.otlp_endpoint, tr.service_name)
+    except TracingUnavailable as exc:
+        print(f"truthlens serve: {exc}", file=sys.stderr)
+        return 2
+    log = logging.getLogger("truthlens.serve")
+    for warning in config_warnings(cfg):
+        log.warning(warning)
+    metrics = metrics_server = None
+    if not args.no_metrics:
+        from extproc.telemetry.metrics import Metrics, start_metrics_server
+
+        metrics = Metrics(cfg.telemetry.tracing.service_name)
+        metrics_server = start_metrics_server(args.metrics_address or cfg.server.metrics_address, metrics)
+    try:
+        engine = build_engine(cfg)
+    except Exception as exc:  # noqa: BLE001 - e.g. provider cuda without a GPU: fail start-up, say why
+        print(f"truthlens serve: cannot load models: {exc}", file=sys.stderr)
+        return 2
+    if metrics is not None:
+        metrics.set_models((m.name, m.role) for m in engine.models())
+    rt = GatewayRuntime(cfg, engine, metrics=metrics, mitigator=build_mitigator(cfg, engine))
+    server = SidecarServer(TruthLensService(rt), server_options(cfg, args.grpc_address))
+    roles = ",".join(r for r in ("sentinel", "detector", "explainer") if engine.has(r)) or "none"
+    try:
+        ready = asyncio.Event()
+        task = asyncio.ensure_future(run_until_signal(server, ready))
+        await ready.wait()
+        print(f"truthlens: sidecar ready on {server.address} (models: {roles}"
+              f"{'; metrics on ' + metrics_server.host + ':' + str(metrics_server.port) if metrics_server else ''})",
+              flush=True)
+        await task
+    finally:
+        if rt.mitigator is not None:
+            await rt.mitigator.close()
+        await engine.close()
+        if metrics_server is not None:
+            metrics_server.close()
+        shutdown_tracing()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m extproc.commands.serve`: the same command without loading the other subcommands."""
+    parser = argparse.ArgumentParser(prog="truthlens serve", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Load and validate the TruthLens YAML config into frozen dataclasses.
+
+Bad config must fail at startup with every problem named at once, so the
+loader walks the schema (`extproc.config_schema`) collecting errors instead of
+stopping at the first. Each error reads `<key.path>: expected <what>, got <value>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from extproc.config_schema import *  # noqa: F403  (re-export: callers import extproc.config only)
+from extproc.config_schema import CONDITION_KEYS, Config, ConditionConfig
+from extproc.config_walk import SchemaWalker, show_value
+
+WARNING_PLACEHOLDERS = ("score", "spans")
+
+
+class ConfigError(Exception):
+    """Every validation error of one config source, one `<key.path>: ...` line each."""
+
+    def __init__(self, errors: list[str] | tuple[str, ...], source: str = "<config>") -> None:
+        self.errors = tuple(errors)
+        self.source = source
+        super().__init__("\n".join(self.errors))
+
+
+def load_config(path: str | Path) -> Config:
+    """Read, parse and validate a YAML file; raises ConfigError naming every bad key."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{source}: expected a readable file, got {exc.strerror or exc}"], source) from exc
+    return parse_config(_load_yaml(text, source), source=source)
+
+
+def parse_config(mapping: Mapping[str, Any] | None, source: str = "<config>") -> Config:
+    """Validate an already-parsed mapping (None = empty file = all defaults)."""
+    walker = SchemaWalker()
+    cfg = walker.build(Config, {} if mapping is None else mapping, "")
+    if isinstance(cfg, Config):  # cross-field checks run even when some fields fell back to defaults
+        walker.errors.extend(_cross_checks(cfg))
+    if walker.errors:
+        raise ConfigError(walker.errors, source)
+    assert isinstance(cfg, Config)
+    return cfg
+
+
+def default_config() -> Config:
+    return Config()
+
+
+def model_dir(path: str | None) -> Path | None:
+    """Model paths in the config are relative to the current working directory."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else Path.cwd() / p
+
+
+def config_warnings(cfg: Config) -> list[str]:
+    """Problems the gateway survives (it runs without models and reports detection unavailable)."""
+    warnings = []
+    for role in ("sentinel", "detector", "explainer"):
+        p = model_dir(getattr(cfg.truthlens.models, role))
+        if p is not None and not p.is_dir():
+            warnings.append(
+                f"truthlens.models.{role}: model directory {str(p)!r} not found; "
+                f"{role} unavailable until it exists"
+            )
+    return warnings
+
+
+def config_to_dict(cfg: Any) -> Any:
+    """Plain dict/list form of a config (what `check-config --print` dumps); parses back to an equal Config."""
+    if isinstance(cfg, ConditionConfig):
+        allowed = CONDITION_KEYS[cfg.type][0]
+        return {"type": cfg.type} | {k: config_to_dict(getattr(cfg, k)) for k in sorted(allowed)}
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: config_to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, tuple | list):
+        return [config_to_dict(v) for v in cfg]
+    return cfg
+
+
+def check_warning_template(template: str) -> str | None:
+    """None if `template` formats with only {score} and {spans}, else what was expected."""
+    expected = "a format string using only {score} and {spans}"
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+        if not fields <= set(WARNING_PLACEHOLDERS):
+            return expected
+        template.format(score=0.5, spans="'example'")
+    except (ValueError, KeyError, IndexError, TypeError):
+        return expected
+    return None
+
+
+# --- YAML ---------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                line = key_node.start_mark.line + 1
+                raise ConfigError([f"line {line}: expected unique keys in a mapping, got {key!r} twice"])
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictLoader.construct_mapping)
+
+
+def _load_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (SafeLoader subclass)
+    except ConfigError as exc:
+        raise ConfigError(exc.errors, source) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"{source}: expected valid YAML, got {problem}{where}"], source) from None
+
+
+def _cross_checks(cfg: Config) -> list[str]:
+    errors: list[str] = []
+    tls = cfg.server.tls
+    if tls.enabled:
+        for key in ("cert_file", "key_file", "client_ca_file"):
+            value = getattr(tls, key)
+            if value is None and key != "client_ca_file":
+                errors.append(f"server.tls.{key}: expected a file path when server.tls.enabled is true, got null")
+            elif value is not None and not Path(value).expanduser().is_file():
+                errors.append(f"server.tls.{key}: expected an existing file, got {value!r}")
+    expected = check_warning_template(cfg.truthlens.warning_template)
+    if expected:
+        errors.append(f"truthlens.warning_template: expected {expected}, got {show_value(cfg.truthlens.warning_template)}")
+    return errors

@@ -1,0 +1,282 @@
+"""The TruthLens configuration schema: one frozen dataclass per YAML mapping.
+
+Attribute names are the YAML keys, so `cfg.truthlens.thresholds.token` reads
+like the file. Defaults live here and nowhere else; `extproc.config` walks
+these classes (type hints + field metadata) to validate a parsed YAML
+mapping, so adding a key means adding one field.
+
+Field metadata understood by the loader:
+  min / max   inclusive numeric bounds
+  check       callable(value) -> None | "what was expected" (syntax checks);
+              for a list field it applies to each item
+  nonempty    a sequence that must hold at least one item
+  unique_names  a list of mappings whose `name` values must differ
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from extproc.config_values import (
+    check_domain,
+    check_header_name,
+    check_host_port,
+    check_http_url,
+    check_listen_address,
+    check_name,
+    check_nonblank,
+)
+
+__all__ = [
+    "Action",
+    "BatchingConfig",
+    "ConditionConfig",
+    "ConditionType",
+    "Config",
+    "DecisionConfig",
+    "ExplainerConfig",
+    "LightweightModeConfig",
+    "LogLevel",
+    "Mode",
+    "ModelsConfig",
+    "ModesConfig",
+    "Operator",
+    "PluginsConfig",
+    "PremiumModeConfig",
+    "Provider",
+    "RulesConfig",
+    "ScoreMethod",
+    "ServerConfig",
+    "StandardModeConfig",
+    "TLSConfig",
+    "TelemetryConfig",
+    "ThresholdsConfig",
+    "TracingConfig",
+    "TruthLensConfig",
+    "TruthLensPluginConfig",
+    "VerifierConfig",
+    "DEFAULT_WARNING_TEMPLATE",
+]
+
+Mode = Literal["lightweight", "standard", "premium"]
+Action = Literal["header", "warn", "block", "none"]
+Provider = Literal["auto", "cuda", "cpu"]
+ScoreMethod = Literal["noisy_or", "max_span"]
+Operator = Literal["AND", "OR"]
+ConditionType = Literal["keyword", "domain", "header"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+DEFAULT_WARNING_TEMPLATE = (
+    "\n\n[TruthLens] Parts of this answer may not be supported by the provided context "
+    "(score {score:.2f}): {spans}"
+)
+
+
+def _bounded(default: Any, lo: float | None = None, hi: float | None = None) -> Any:
+    return field(default=default, metadata={"min": lo, "max": hi})
+
+
+def _unit(default: float) -> Any:
+    """A probability threshold in [0, 1]."""
+    return _bounded(default, 0.0, 1.0)
+
+
+def _checked(default: Any, check: Callable[[Any], str | None]) -> Any:
+    return field(default=default, metadata={"check": check})
+
+
+def _sub(cls: type) -> Any:
+    return field(default_factory=cls)
+
+
+# --- server -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TLSConfig:
+    enabled: bool = False
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_ca_file: str | None = None  # set => clients must present a certificate (mTLS)
+
+    @property
+    def mtls(self) -> bool:
+        return self.enabled and self.client_ca_file is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    grpc_address: str = _checked("127.0.0.1:50051", check_listen_address)
+    metrics_address: str = _checked("127.0.0.1:9464", check_host_port)
+    max_message_bytes: int = _bounded(16 * 1024 * 1024, 1024)
+    shutdown_grace_s: float = _bounded(10.0, 0.0)
+    tls: TLSConfig = _sub(TLSConfig)
+
+
+# --- truthlens (global plugin settings) ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelsConfig:
+    provider: Provider = "auto"
+    intra_op_threads: int = _bounded(0, 0)
+    inter_op_threads: int = _bounded(1, 0)
+    sentinel: str | None = "models/sentinel"
+    detector: str | None = "models/detector"
+    explainer: str | None = "models/explainer"
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdsConfig:
+    sentinel: float = _unit(0.09)
+    token: float = _unit(0.6)
+    response: float = _unit(0.5)
+    nli_entailment: float = _unit(0.9)
+    min_span_tokens: int = _bounded(1, 1)
+    min_span_chars: int = _bounded(2, 0)
+    min_span_confidence: float = _unit(0.5)
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainerConfig:
+    enabled: bool = True
+    drop_entailed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingConfig:
+    max_batch_tokens: int = _bounded(4096, 1)
+    max_wait_ms: float = _bounded(2.0, 0.0)
+    max_queue: int = _bounded(256, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class LightweightModeConfig:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StandardModeConfig:
+    max_iterations: int = _bounded(2, 1)
+    upstream_url: str = _checked("http://127.0.0.1:8000", check_http_url)
+    timeout_ms: int = _bounded(30000, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierConfig:
+    name: str = field(metadata={"check": check_nonblank})
+    base_url: str = field(metadata={"check": check_http_url})
+    model: str = field(metadata={"check": check_nonblank})
+    api_key_env: str | None = None  # name of the env var holding the key, never the key
+
+
+@dataclass(frozen=True, slots=True)
+class PremiumModeConfig:
+    max_iterations: int = _bounded(1, 1)
+    verifiers: tuple[VerifierConfig, ...] = field(default=(), metadata={"unique_names": True})
+    timeout_ms: int = _bounded(30000, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ModesConfig:
+    lightweight: LightweightModeConfig = _sub(LightweightModeConfig)
+    standard: StandardModeConfig = _sub(StandardModeConfig)
+    premium: PremiumModeConfig = _sub(PremiumModeConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class TruthLensConfig:
+    enabled: bool = True
+    default_mode: Mode = "lightweight"
+    default_action: Action = "header"
+    score_method: ScoreMethod = "noisy_or"
+    warning_template: str = DEFAULT_WARNING_TEMPLATE  # checked by extproc.config
+    block_status: int = _bounded(422, 400, 599)
+    max_body_bytes: int = _bounded(4 * 1024 * 1024, 1)
+    inference_timeout_ms: int = _bounded(5000, 1)
+    rag_context_field: str | None = "truthlens_context"
+    sentinel_include_system_prompt: bool = False
+    models: ModelsConfig = _sub(ModelsConfig)
+    thresholds: ThresholdsConfig = _sub(ThresholdsConfig)
+    explainer: ExplainerConfig = _sub(ExplainerConfig)
+    batching: BatchingConfig = _sub(BatchingConfig)
+    modes: ModesConfig = _sub(ModesConfig)
+
+
+# --- telemetry ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TracingConfig:
+    enabled: bool = False
+    otlp_endpoint: str = _checked("http://127.0.0.1:4317", check_http_url)
+    service_name: str = _checked("truthlens", check_nonblank)
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryConfig:
+    log_level: LogLevel = "info"
+    log_content: bool = False
+    tracing: TracingConfig = _sub(TracingConfig)
+
+
+# --- decisions ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionConfig:
+    """One rule condition; which of the optional fields apply depends on `type`."""
+
+    type: ConditionType
+    # type=keyword: any of them, whole words, case-insensitive
+    keywords: tuple[str, ...] = _checked((), check_nonblank)
+    # type=domain: the request host equals one of them or is a subdomain of it
+    domains: tuple[str, ...] = _checked((), check_domain)
+    name: str | None = _checked(None, check_header_name)  # type=header, case-insensitive
+    value: str | None = None  # type=header: exact value; null = header present
+
+
+@dataclass(frozen=True, slots=True)
+class RulesConfig:
+    operator: Operator = "OR"
+    conditions: tuple[ConditionConfig, ...] = field(default=(), metadata={"nonempty": True})
+
+
+@dataclass(frozen=True, slots=True)
+class TruthLensPluginConfig:
+    """Per-decision overrides; null means "inherit the global truthlens setting"."""
+
+    enabled: bool | None = None
+    mode: Mode | None = None
+    threshold: float | None = _unit(None)  # overrides thresholds.response
+    action: Action | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PluginsConfig:
+    truthlens: TruthLensPluginConfig = _sub(TruthLensPluginConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionConfig:
+    name: str = field(metadata={"check": check_name})
+    rules: RulesConfig = field()
+    priority: int = 0
+    plugins: PluginsConfig = _sub(PluginsConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    server: ServerConfig = _sub(ServerConfig)
+    truthlens: TruthLensConfig = _sub(TruthLensConfig)
+    telemetry: TelemetryConfig = _sub(TelemetryConfig)
+    decisions: tuple[DecisionConfig, ...] = field(default=(), metadata={"unique_names": True})
+
+
+# Per condition type: the keys it accepts besides `type`, and which are required.
+CONDITION_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "keyword": (frozenset({"keywords"}), frozenset({"keywords"})),
+    "domain": (frozenset({"domains"}), frozenset({"domains"})),
+    "header": (frozenset({"name", "value"}), frozenset({"name"})),
+}

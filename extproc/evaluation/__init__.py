@@ -1,0 +1,1 @@
+"""Offline evaluation of the detector: dataset loading, metrics, runner (`truthlens eval`)."""

@@ -1,0 +1,186 @@
+"""Evaluation metrics for span-level hallucination detection (pure numpy).
+
+Every ratio whose denominator is zero is reported as `None` (JSON null) rather
+than 0 or 1: "the detector flagged nothing on a set with no hallucinations" is
+neither a perfect nor a failing precision, and a silent 0.0 would hide that.
+Counts are always reported next to the ratios so readers can recompute them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+Interval = tuple[int, int]
+
+
+def merge_intervals(spans: Iterable[Interval]) -> list[Interval]:
+    """Sorted, non-overlapping, non-empty half-open intervals (overlapping spans count once)."""
+    merged: list[list[int]] = []
+    for start, end in sorted((int(s), int(e)) for s, e in spans if e > s):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]
+
+
+def covered_chars(spans: Iterable[Interval]) -> int:
+    return sum(e - s for s, e in merge_intervals(spans))
+
+
+def overlap_chars(pred: Iterable[Interval], gold: Iterable[Interval]) -> int:
+    """Characters covered by both span sets (each set merged first)."""
+    a, b = merge_intervals(pred), merge_intervals(gold)
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, hi - lo)
+        if a[i][1] <= b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def overlaps_any(interval: Interval, spans: Sequence[Interval]) -> bool:
+    """Whether a half-open interval shares at least one character with any span."""
+    s, e = interval
+    return any(min(e, ge) > max(s, gs) for gs, ge in spans)
+
+
+def ratio(num: float, den: float) -> float | None:
+    return None if den == 0 else float(num) / float(den)
+
+
+@dataclass(slots=True)
+class Confusion:
+    """Binary counts; `prf()` derives precision/recall/F1 (None when undefined)."""
+
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    tn: int = 0
+
+    def add(self, predicted: bool, gold: bool) -> None:
+        if predicted and gold:
+            self.tp += 1
+        elif predicted:
+            self.fp += 1
+        elif gold:
+            self.fn += 1
+        else:
+            self.tn += 1
+
+    def merge(self, other: "Confusion") -> None:
+        self.tp += other.tp
+        self.fp += other.fp
+        self.fn += other.fn
+        self.tn += other.tn
+
+    def prf(self) -> dict[str, float | int | None]:
+        return {
+            "precision": ratio(self.tp, self.tp + self.fp),
+            "recall": ratio(self.tp, self.tp + self.fn),
+            "f1": ratio(2 * self.tp, 2 * self.tp + self.fp + self.fn),
+            "tp": self.tp,
+            "fp": self.fp,
+            "fn": self.fn,
+            "tn": self.tn,
+        }
+
+
+@dataclass(slots=True)
+class CharOverlap:
+    """Character-level span overlap pooled over a set (micro-averaged, not per example)."""
+
+    overlap: int = 0
+    predicted: int = 0
+    gold: int = 0
+
+    def add(self, pred: Sequence[Interval], gold: Sequence[Interval]) -> None:
+        self.overlap += overlap_chars(pred, gold)
+        self.predicted += covered_chars(pred)
+        self.gold += covered_chars(gold)
+
+    def merge(self, other: "CharOverlap") -> None:
+        self.overlap += other.overlap
+        self.predicted += other.predicted
+        self.gold += other.gold
+
+    def prf(self) -> dict[str, float | int | None]:
+        return {
+            "precision": ratio(self.overlap, self.predicted),
+            "recall": ratio(self.overlap, self.gold),
+            "f1": ratio(2 * self.overlap, self.predicted + self.gold),
+            "overlap_chars": self.overlap,
+            "predicted_chars": self.predicted,
+            "gold_chars": self.gold,
+        }
+
+
+def token_confusion(
+    token_offsets: Sequence[Interval], token_probs: Sequence[float], gold: Sequence[Interval], threshold: float
+) -> Confusion:
+    """Per answer token: gold positive if its chars overlap a gold span, predicted if p >= threshold.
+
+    Tokens with an empty character span (special tokens, some byte-level pieces)
+    carry no characters and are skipped.
+    """
+    if len(token_offsets) != len(token_probs):
+        raise ValueError(f"{len(token_offsets)} token offsets but {len(token_probs)} probabilities")
+    merged = merge_intervals(gold)
+    counts = Confusion()
+    for (s, e), p in zip(token_offsets, token_probs):
+        if e <= s:
+            continue
+        counts.add(float(p) >= threshold, overlaps_any((s, e), merged))
+    return counts
+
+
+def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
+    """Area under the ROC curve via the Mann-Whitney U statistic (ties get average ranks).
+
+    None when only one class is present: the curve is undefined, and 0.5 would
+    pretend a measurement was made.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=bool)
+    if s.shape != y.shape:
+        raise ValueError(f"{s.size} scores but {y.size} labels")
+    n_pos = int(y.sum())
+    n_neg = int(y.size - n_pos)
+    if n_pos == 0 or n_neg == 0:
+        return None
+    ranks = _average_ranks(s)
+    u = ranks[y].sum() - n_pos * (n_pos + 1) / 2.0
+    return float(u / (n_pos * n_neg))
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks; tied values share the mean of the ranks they span."""
+    order = np.argsort(values, kind="mergesort")
+    sorted_vals = values[order]
+    # boundaries of runs of equal values in sorted order
+    starts = np.flatnonzero(np.r_[True, sorted_vals[1:] != sorted_vals[:-1]])
+    ends = np.r_[starts[1:], sorted_vals.size]
+    avg = (starts + ends + 1) / 2.0  # mean of ranks start+1 .. end
+    ranks = np.empty(values.size, dtype=np.float64)
+    ranks[order] = np.repeat(avg, ends - starts)
+    return ranks
+
+
+def latency_summary(values_ms: Sequence[float]) -> dict[str, float | int | None]:
+    """p50/p95 with linear interpolation (numpy's default), plus mean and max."""
+    if len(values_ms) == 0:
+        return {"count": 0, "p50": None, "p95": None, "mean": None, "max": None}
+    v = np.asarray(values_ms, dtype=np.float64)
+    return {
+        "count": int(v.size),
+        "p50": float(np.percentile(v, 50)),
+        "p95": float(np.percentile(v, 95)),
+        "mean": float(v.mean()),
+        "max": float(v.max()),
+    }

@@ -1,0 +1,1 @@
+"""Inference layer: ONNX sessions, tokenizers, windowing, batching, span merging. Knows nothing of Envoy."""

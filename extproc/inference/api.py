@@ -1,0 +1,97 @@
+"""The contract between the gateway and the models.
+
+The service layer only sees these types and the `Engine` protocol, so the
+inference layer can change (batching, providers, windowing) without touching
+Envoy code, and the gateway can run with no models at all (`NullEngine`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+
+class InferenceError(Exception):
+    """A model could not produce a result; the response passes through unchecked."""
+
+
+class Overloaded(InferenceError):
+    """The admission limit was hit: answer now instead of queueing forever."""
+
+
+class ModelUnavailable(InferenceError):
+    """No model is loaded for this role (missing directory, load failure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelResult:
+    needs_check: bool
+    confidence: float  # probability that the prompt needs fact-checking
+    latency_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    start: int  # character offsets into the answer
+    end: int
+    text: str
+    score: float  # max token probability inside the span
+    tokens: int
+    nli_label: str | None = None  # entailment | neutral | contradiction (explainer)
+    nli_confidence: float | None = None
+    severity: int | None = None  # contradiction 4, neutral 2
+
+
+@dataclass(frozen=True, slots=True)
+class DetectionResult:
+    score: float  # response-level hallucination score in [0, 1]
+    spans: tuple[Span, ...]
+    windows: int = 1  # how many context windows the detector ran
+    dropped_spans: int = 0  # spans the explainer judged entailed
+    latency_ms: float = 0.0
+    timings_ms: dict[str, float] = field(default_factory=dict)  # per stage: detector, explainer
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    role: str  # sentinel | detector | explainer
+    name: str
+    path: str
+    provider: str  # CPUExecutionProvider | CUDAExecutionProvider
+
+
+class Engine(Protocol):
+    """What the service layer calls. Every method is safe to await on the event loop."""
+
+    def models(self) -> Sequence[ModelInfo]: ...
+
+    def has(self, role: str) -> bool: ...
+
+    async def classify_prompt(self, prompt: str) -> SentinelResult: ...
+
+    async def detect(
+        self, context: Sequence[str], question: str | None, answer: str
+    ) -> DetectionResult: ...
+
+    async def close(self) -> None: ...
+
+
+class NullEngine:
+    """Used when no model is configured or loadable: the gateway runs and says so."""
+
+    def models(self) -> Sequence[ModelInfo]:
+        return ()
+
+    def has(self, role: str) -> bool:
+        return False
+
+    async def classify_prompt(self, prompt: str) -> SentinelResult:
+        raise ModelUnavailable("sentinel model not loaded")
+
+    async def detect(
+        self, context: Sequence[str], question: str | None, answer: str
+    ) -> DetectionResult:
+        raise ModelUnavailable("detector model not loaded")
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,220 @@
+"""The ONNX engine behind `extproc.inference.api.Engine`.
+
+Per request: tokenization/windowing on a small thread pool, forward passes
+on each model's batcher thread, span merging and scoring (cheap numpy) on the
+loop. Models that are not configured or fail to load are logged and reported
+by `has()`; the gateway then marks responses unchecked rather than clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from extproc.inference.api import DetectionResult, ModelInfo, ModelUnavailable, SentinelResult, Span
+from extproc.inference.batcher import Batcher
+from extproc.inference.manifest import ManifestError
+from extproc.inference.models import Detector, Explainer, NliResult, OnnxModel, Sentinel, TokenScores
+from extproc.inference.runtime import PROVIDERS, RuntimeOptions
+from extproc.inference.spans import (
+    SCORE_METHODS,
+    RawSpan,
+    SpanFilter,
+    filter_spans,
+    merge_tokens,
+    response_score,
+    sentence_bounds,
+    sentence_for,
+)
+
+log = logging.getLogger(__name__)
+
+SEVERITY = {"contradiction": 4, "neutral": 2, "entailment": 1}
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Plain settings (filled from `truthlens.*` config by the wiring layer)."""
+
+    sentinel_dir: str | None = None
+    detector_dir: str | None = None
+    explainer_dir: str | None = None
+    provider: str = "auto"
+    intra_op_threads: int = 0
+    inter_op_threads: int = 1
+    sentinel_threshold: float = 0.5
+    token_threshold: float = 0.5
+    nli_entailment_threshold: float = 0.9
+    min_span_tokens: int = 1
+    min_span_chars: int = 2
+    min_span_confidence: float = 0.5
+    score_method: str = "noisy_or"
+    explainer_enabled: bool = True
+    drop_entailed: bool = True
+    max_batch_tokens: int = 4096
+    max_wait_ms: float = 2.0
+    max_queue: int = 256
+    sentinel_include_system_prompt: bool = False
+    prep_threads: int = 2  # tokenization / windowing pool
+    strict: bool = False  # True: a present-but-invalid model directory raises instead of being left out
+
+    def __post_init__(self) -> None:
+        if self.provider not in PROVIDERS:
+            raise ValueError(f"truthlens.models.provider: {self.provider!r} is not one of {list(PROVIDERS)}")
+        if self.score_method not in SCORE_METHODS:
+            raise ValueError(f"truthlens.score_method: {self.score_method!r} is not one of {list(SCORE_METHODS)}")
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "EngineSettings":
+        """From the typed config (`extproc.config_schema.Config`); only reads attributes."""
+        tl = cfg.truthlens
+        m, t, b, e = tl.models, tl.thresholds, tl.batching, tl.explainer
+        return cls(
+            sentinel_dir=m.sentinel, detector_dir=m.detector, explainer_dir=m.explainer,
+            provider=m.provider, intra_op_threads=m.intra_op_threads, inter_op_threads=m.inter_op_threads,
+            sentinel_threshold=t.sentinel, token_threshold=t.token, nli_entailment_threshold=t.nli_entailment,
+            min_span_tokens=t.min_span_tokens, min_span_chars=t.min_span_chars,
+            min_span_confidence=t.min_span_confidence, score_method=tl.score_method,
+            explainer_enabled=e.enabled, drop_entailed=e.drop_entailed,
+            max_batch_tokens=b.max_batch_tokens, max_wait_ms=b.max_wait_ms, max_queue=b.max_queue,
+            sentinel_include_system_prompt=tl.sentinel_include_system_prompt,
+        )
+
+    @property
+    def span_filter(self) -> SpanFilter:
+        return SpanFilter(self.token_threshold, self.min_span_tokens, self.min_span_chars, self.min_span_confidence)
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
+
+
+class OnnxEngine:
+    """Implements api.Engine over whichever of sentinel / detector / explainer loaded."""
+
+    def __init__(self, settings: EngineSettings, models: dict[str, OnnxModel]) -> None:
+        self.settings = settings
+        self._models = models
+        self.sentinel = Sentinel(models["sentinel"]) if "sentinel" in models else None
+        self.detector = Detector(models["detector"]) if "detector" in models else None
+        self.explainer = Explainer(models["explainer"]) if "explainer" in models else None
+        self._batchers = {
+            role: Batcher(model.infer, role, settings.max_batch_tokens, settings.max_wait_ms, settings.max_queue)
+            for role, model in models.items()
+        }
+        self._prep = ThreadPoolExecutor(max_workers=max(1, settings.prep_threads), thread_name_prefix="truthlens-prep")
+        self._filter = settings.span_filter
+        self.load_errors: dict[str, str] = {}  # role -> why its directory did not load
+
+    def models(self) -> Sequence[ModelInfo]:
+        return tuple(ModelInfo(role, m.name, str(m.path), m.provider) for role, m in self._models.items())
+
+    def has(self, role: str) -> bool:
+        return role in self._models
+
+    async def _prepare(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._prep, fn, *args)
+
+    async def classify_prompt(self, prompt: str) -> SentinelResult:
+        if self.sentinel is None:
+            raise ModelUnavailable("sentinel model not loaded")
+        t0 = time.perf_counter()
+        rows = await self._prepare(self.sentinel.prepare, [prompt])
+        p = self.sentinel.finish(await self._batchers["sentinel"].submit(rows))[0]
+        return SentinelResult(p >= self.settings.sentinel_threshold, p, _ms(t0))
+
+    async def detect(self, context: Sequence[str], question: str | None, answer: str) -> DetectionResult:
+        if self.detector is None:
+            raise ModelUnavailable("detector model not loaded")
+        t0 = time.perf_counter()
+        if not answer.strip():  # nothing to judge: no tokens, no windows
+            return DetectionResult(score=0.0, spans=(), windows=0, latency_ms=_ms(t0))
+        context = [c for c in context if c]
+        prepared = await self._prepare(self.detector.prepare, context, question, answer)
+        t_prep = _ms(t0)
+        scores: TokenScores = self.detector.finish(prepared, await self._batchers["detector"].submit(prepared.rows))
+        raw = filter_spans(answer, merge_tokens(answer, scores.offsets, scores.probs.tolist(), self._filter.token_threshold), self._filter)
+        timings = {"tokenize": t_prep, "detector": _ms(t0) - t_prep}
+        verdicts: list[NliResult | None] = [None] * len(raw)
+        if raw and context and self.explainer is not None and self.settings.explainer_enabled:
+            t1 = time.perf_counter()
+            verdicts = await self._explain(context, answer, raw)
+            timings["explainer"] = _ms(t1)
+        kept_raw: list[RawSpan] = []
+        spans: list[Span] = []
+        dropped = 0
+        for sp, v in zip(raw, verdicts):
+            if v is not None and self.settings.drop_entailed and v.entailment >= self.settings.nli_entailment_threshold:
+                dropped += 1
+                continue
+            kept_raw.append(sp)
+            spans.append(Span(
+                start=sp.start, end=sp.end, text=answer[sp.start:sp.end], score=sp.score, tokens=len(sp.probs),
+                nli_label=v.label if v else None, nli_confidence=v.confidence if v else None,
+                severity=SEVERITY[v.label] if v else None,
+            ))
+        return DetectionResult(
+            score=response_score(kept_raw, self.settings.score_method), spans=tuple(spans),
+            windows=scores.windows, dropped_spans=dropped, latency_ms=_ms(t0), timings_ms=timings,
+        )
+
+    async def _explain(self, context: Sequence[str], answer: str, raw: Sequence[RawSpan]) -> list[NliResult | None]:
+        """All spans of one response in one batched NLI run; spans in the same sentence share a pair."""
+        assert self.explainer is not None
+        bounds = sentence_bounds(answer)
+        sentences = [sentence_for(answer, bounds, sp.start, sp.end) for sp in raw]
+        unique = list(dict.fromkeys(sentences))
+        prepared = await self._prepare(self.explainer.prepare, context, unique)
+        probs = await self._batchers["explainer"].submit([r for p in prepared for r in p.rows])
+        by_sentence = dict(zip(unique, self.explainer.finish(prepared, probs)))
+        return [by_sentence[s] for s in sentences]
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        for batcher in self._batchers.values():
+            await loop.run_in_executor(None, batcher.close)
+        self._prep.shutdown(wait=False, cancel_futures=True)
+
+
+def build_engine(settings: EngineSettings) -> OnnxEngine:
+    """Load every configured model directory.
+
+    A directory that is not configured or does not exist is logged and its role
+    left out (`has(role)` is False). One that exists but is invalid is logged as
+    an error naming `truthlens.models.<role>` and what is wrong, and its role is
+    left out too (one broken explainer must not take the detector down); the
+    reason is kept in `engine.load_errors`. With `settings.strict` it raises
+    ManifestError instead. Provider `cuda` without a CUDA session always raises
+    ProviderUnavailable: the operator asked for a GPU explicitly.
+    """
+    options = RuntimeOptions(settings.provider, settings.intra_op_threads, settings.inter_op_threads)
+    dirs = {"sentinel": settings.sentinel_dir, "detector": settings.detector_dir,
+            "explainer": settings.explainer_dir if settings.explainer_enabled else None}
+    models: dict[str, OnnxModel] = {}
+    errors: dict[str, str] = {}
+    for role, directory in dirs.items():
+        if directory is None:
+            log.info("%s: no model directory configured", role)
+            continue
+        directory = str(Path(directory).expanduser())  # relative paths: the working directory
+        if not Path(directory).exists():
+            log.warning("%s: model directory %s does not exist; %s disabled", role, directory, role)
+            continue
+        try:
+            models[role] = OnnxModel(directory, role, options, settings.max_batch_tokens)
+        except ManifestError as exc:
+            message = f"truthlens.models.{role}: {exc}"
+            if settings.strict:
+                raise ManifestError(message) from exc
+            log.error("%s; %s disabled", message, role)
+            errors[role] = message
+            continue
+        log.info("%s: loaded %s from %s on %s", role, models[role].name, directory, models[role].provider)
+    engine = OnnxEngine(settings, models)
+    engine.load_errors = errors
+    return engine

@@ -1,0 +1,114 @@
+"""What TruthLens concluded about one response.
+
+"Could not check" is never "clean": every outcome that is not a finished
+detection gets its own status (and a reason), so clients and dashboards can
+tell a verified answer from one nobody looked at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Sequence
+
+from extproc.inference.api import DetectionResult, Span
+from extproc.policy.decisions import Decision
+
+
+class Status(StrEnum):
+    CHECKED = "checked"  # the detector ran on the answer
+    SKIPPED = "skipped"  # the sentinel judged the prompt non-factual: nothing to check
+    UNVERIFIED = "unverified"  # factual prompt but no grounding context to check against
+    UNCHECKED = "unchecked"  # should have been checked but could not be (see UncheckedReason)
+    DISABLED = "disabled"  # TruthLens is off for this request's decision
+
+
+class UncheckedReason(StrEnum):
+    ERROR = "error"  # unexpected failure inside the sidecar
+    TIMEOUT = "timeout"  # inference_timeout_ms passed
+    TOO_LARGE = "too_large"  # body over max_body_bytes
+    OVERLOADED = "overloaded"  # batching.max_queue admission limit hit
+    MODELS_UNAVAILABLE = "models_unavailable"  # no detector loaded
+    UNSUPPORTED_CONTENT = "unsupported_content"  # not JSON/SSE chat completions, compressed body, ...
+    BAD_JSON = "bad_json"  # body claims JSON but does not parse
+    UPSTREAM_ERROR = "upstream_error"  # upstream answered non-2xx: nothing to judge
+    NO_ANSWER = "no_answer"  # a response with no assistant text (tool calls only, empty)
+
+
+class UnverifiedReason(StrEnum):
+    NO_CONTEXT = "no_context"  # no system/tool/RAG documents in the request
+    TOOLS_WITHOUT_RESULTS = "tools_without_results"  # tools declared, no tool results yet
+
+
+class SkippedReason(StrEnum):
+    NON_FACTUAL = "non_factual"  # sentinel said the prompt needs no fact-check
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    status: Status
+    mode: str
+    decision: str | None = None
+    reason: str | None = None
+    score: float | None = None  # only when status is checked
+    detected: bool = False  # only ever true when status is checked
+    spans: tuple[Span, ...] = ()
+    iterations: int = 0  # detector passes (standard mode refines and re-checks)
+    latency_ms: float = 0.0  # time TruthLens added to this request
+
+    @property
+    def enabled(self) -> bool:
+        return self.status is not Status.DISABLED
+
+    @property
+    def actionable(self) -> bool:
+        """Actions (warn, block) only fire on a finished check that found something."""
+        return self.status is Status.CHECKED and self.detected
+
+    @classmethod
+    def disabled(cls, decision: Decision) -> Verdict:
+        return cls(Status.DISABLED, decision.mode, decision.name)
+
+    @classmethod
+    def skipped(cls, decision: Decision, latency_ms: float = 0.0) -> Verdict:
+        return cls(Status.SKIPPED, decision.mode, decision.name, SkippedReason.NON_FACTUAL, latency_ms=latency_ms)
+
+    @classmethod
+    def unverified(
+        cls, decision: Decision, reason: UnverifiedReason = UnverifiedReason.NO_CONTEXT, latency_ms: float = 0.0
+    ) -> Verdict:
+        return cls(Status.UNVERIFIED, decision.mode, decision.name, reason, latency_ms=latency_ms)
+
+    @classmethod
+    def unchecked(
+        cls, decision: Decision, reason: UncheckedReason, latency_ms: float = 0.0, iterations: int = 0
+    ) -> Verdict:
+        return cls(
+            Status.UNCHECKED, decision.mode, decision.name, reason, iterations=iterations, latency_ms=latency_ms
+        )
+
+    @classmethod
+    def checked(
+        cls,
+        decision: Decision,
+        result: DetectionResult,
+        iterations: int = 1,
+        latency_ms: float | None = None,
+    ) -> Verdict:
+        """`detected` compares the score with the decision's threshold (thresholds.response by default)."""
+        return cls(
+            Status.CHECKED,
+            decision.mode,
+            decision.name,
+            score=result.score,
+            detected=result.score >= decision.threshold,
+            spans=tuple(result.spans),
+            iterations=iterations,
+            latency_ms=result.latency_ms if latency_ms is None else latency_ms,
+        )
+
+
+def top_spans(spans: Sequence[Span], limit: int) -> list[Span]:
+    """The `limit` highest-scoring spans, back in answer order (what summaries show)."""
+    best = sorted(spans, key=lambda s: -s.score)[: max(limit, 0)]
+    return sorted(best, key=lambda s: (s.start, s.end))

@@ -1,0 +1,276 @@
+"""OpenAI chat-completions bodies: what the firewall needs out of them, and the few edits it makes.
+
+Public API (pure functions over bytes; no config import, no model code):
+
+- ``parse_chat_request(body, rag_field="truthlens_context") -> ChatRequest`` (``None``: no RAG field)
+- ``parse_chat_response(body) -> ChatResponse``
+- ``append_to_choices(body, text) -> bytes``
+- ``error_body(message, *, type="truthlens_error", code=None, extra=None) -> bytes``
+- ``content_text(content) -> tuple[str, int]``
+- ``ProtocolError``: every malformed-input case; the message says what was wrong and where.
+
+Grounding rules (issue 2): every ``role: tool`` (and legacy ``role: function``) message is its
+own passage, in conversation order, followed by the caller's RAG documents from the
+``rag_field`` extension field. That field is not an OpenAI parameter, so it is removed before
+the request goes upstream (``ChatRequest.upstream_body``). Declared tools without any tool
+result give no grounding: the context tuple is simply empty.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ChatRequest",
+    "ChatResponse",
+    "ProtocolError",
+    "append_to_choices",
+    "content_text",
+    "dump_json",
+    "error_body",
+    "parse_chat_request",
+    "parse_chat_response",
+]
+
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+_TOOL_RESULT_ROLES = frozenset({"tool", "function"})
+_TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+
+
+class ProtocolError(ValueError):
+    """The body is not the chat-completions JSON we can judge; the gateway passes it through."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    model: str | None
+    stream: bool
+    question: str | None  # text of the last user message; None when there is none or it has no text
+    system_prompt: str | None  # system + developer messages joined by a blank line
+    context: tuple[str, ...]  # tool results (one passage each), then caller RAG documents
+    has_tools: bool  # `tools` or legacy `functions` declared
+    has_tool_results: bool
+    messages_count: int
+    upstream_body: bytes | None  # body without the RAG field; None = forward the original bytes
+    non_text_parts: int = 0  # image/audio/file parts seen (ignored for judging, still counted)
+    rag_documents: int = 0  # how many passages came from the RAG field
+
+    @property
+    def grounded(self) -> bool:
+        """True when there is any context to judge the answer against."""
+        return bool(self.context)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    id: str | None
+    model: str | None
+    answers: tuple[str | None, ...]  # one per choice in `index` order; None = no text (tool calls only)
+    finish_reasons: tuple[str | None, ...] = ()
+
+
+def dump_json(obj: Any) -> bytes:
+    """Compact UTF-8 JSON: what we send when a body must be re-serialized."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _load_object(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError(f"{what} is nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"{what} must be a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def content_text(content: Any, where: str = "content") -> tuple[str, int]:
+    """Text of a message `content` (string, null, or list of parts) and the count of non-text parts.
+
+    Text parts are joined with "\\n" so passages keep a visible boundary.
+    """
+    if content is None:
+        return "", 0
+    if isinstance(content, str):
+        return content, 0
+    if not isinstance(content, list):
+        raise ProtocolError(f"{where} must be a string, null or a list of parts, got {type(content).__name__}")
+    texts: list[str] = []
+    other = 0
+    for i, part in enumerate(content):
+        if isinstance(part, str):  # not in the spec, but some clients send bare strings
+            texts.append(part)
+        elif isinstance(part, dict):
+            if part.get("type") in _TEXT_PART_TYPES and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+                texts.append(part["refusal"])
+            else:
+                other += 1
+        else:
+            raise ProtocolError(f"{where}[{i}] must be an object, got {type(part).__name__}")
+    return "\n".join(texts), other
+
+
+def _rag_passages(value: Any, field: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if not isinstance(value, list):
+        raise ProtocolError(f"{field} must be a string or a list, got {type(value).__name__}")
+    out: list[str] = []
+    for i, doc in enumerate(value):
+        if isinstance(doc, str):
+            text = doc
+        elif isinstance(doc, dict):
+            raw = doc.get("text", doc.get("content"))
+            if raw is None:
+                raise ProtocolError(f"{field}[{i}] needs a 'text' or 'content' key")
+            text, _ = content_text(raw, f"{field}[{i}].content")
+        else:
+            raise ProtocolError(f"{field}[{i}] must be a string or an object, got {type(doc).__name__}")
+        if text.strip():
+            out.append(text)
+    return out
+
+
+def parse_chat_request(body: bytes, rag_field: str | None = "truthlens_context") -> ChatRequest:
+    """Extract question, system prompt and grounding passages from a chat-completions request.
+
+    `rag_field=None` turns the RAG convention off: the body is never rewritten.
+    """
+    obj = _load_object(body, "request body")
+    messages = obj.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ProtocolError("request body needs a non-empty 'messages' list")
+
+    question: str | None = None
+    system: list[str] = []
+    tool_passages: list[str] = []
+    tool_results = 0
+    non_text = 0
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise ProtocolError(f"messages[{i}] must be an object, got {type(msg).__name__}")
+        role = msg.get("role")
+        if not isinstance(role, str):
+            raise ProtocolError(f"messages[{i}].role must be a string")
+        text, other = content_text(msg.get("content"), f"messages[{i}].content")
+        non_text += other
+        if role == "user":
+            question = text if text.strip() else None
+        elif role in _SYSTEM_ROLES:
+            if text.strip():
+                system.append(text)
+        elif role in _TOOL_RESULT_ROLES:
+            tool_results += 1
+            if text.strip():
+                tool_passages.append(text)
+
+    upstream_body: bytes | None = None
+    rag: list[str] = []
+    if rag_field is not None and rag_field in obj:
+        rag = _rag_passages(obj.pop(rag_field), rag_field)
+        upstream_body = dump_json(obj)
+
+    tools = obj.get("tools") or obj.get("functions")
+    model = obj.get("model")
+    return ChatRequest(
+        model=model if isinstance(model, str) else None,
+        stream=obj.get("stream") is True,
+        question=question,
+        system_prompt="\n\n".join(system) if system else None,
+        context=tuple(tool_passages + rag),
+        has_tools=isinstance(tools, list) and len(tools) > 0,
+        has_tool_results=tool_results > 0,
+        messages_count=len(messages),
+        upstream_body=upstream_body,
+        non_text_parts=non_text,
+        rag_documents=len(rag),
+    )
+
+
+def _choices(obj: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """Choices sorted by `index` (position when absent), each with its message object."""
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        if "error" in obj:
+            raise ProtocolError("response body is an error object, not a chat completion")
+        raise ProtocolError("response body needs a 'choices' list")
+    out: list[tuple[int, dict[str, Any]]] = []
+    for pos, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            raise ProtocolError(f"choices[{pos}] must be an object")
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise ProtocolError(f"choices[{pos}].message must be an object")
+        index = choice.get("index", pos)
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise ProtocolError(f"choices[{pos}].index must be an integer")
+        out.append((index, choice))
+    out.sort(key=lambda item: item[0])
+    return out
+
+
+def parse_chat_response(body: bytes) -> ChatResponse:
+    """Every choice's answer text, in `index` order."""
+    obj = _load_object(body, "response body")
+    answers: list[str | None] = []
+    reasons: list[str | None] = []
+    for index, choice in _choices(obj):
+        content = choice["message"].get("content")
+        if content is None:
+            answers.append(None)
+        else:
+            text, _ = content_text(content, f"choices[{index}].message.content")
+            answers.append(text)
+        reason = choice.get("finish_reason")
+        reasons.append(reason if isinstance(reason, str) else None)
+    rid, model = obj.get("id"), obj.get("model")
+    return ChatResponse(
+        id=rid if isinstance(rid, str) else None,
+        model=model if isinstance(model, str) else None,
+        answers=tuple(answers),
+        finish_reasons=tuple(reasons),
+    )
+
+
+def append_to_choices(body: bytes, text: str | Mapping[int, str]) -> bytes:
+    """Append `text` to every choice's message content (or, given a mapping, to those indices only).
+
+    Choices without content (tool calls only) are left alone; list-form content gets one more
+    text part. Every other field survives; the body is re-serialized as compact JSON, so the
+    caller must recompute content-length (the envoy builders do).
+    """
+    obj = _load_object(body, "response body")
+    for index, choice in _choices(obj):
+        extra = text.get(index) if isinstance(text, Mapping) else text
+        if not extra:
+            continue
+        message = choice["message"]
+        content = message.get("content")
+        if isinstance(content, str):
+            message["content"] = content + extra
+        elif isinstance(content, list):
+            content.append({"type": "text", "text": extra})
+    return dump_json(obj)
+
+
+def error_body(
+    message: str,
+    *,
+    type: str = "truthlens_error",  # noqa: A002 - the OpenAI field is called `type`
+    code: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> bytes:
+    """An OpenAI-style error object, so SDK clients raise a readable APIError."""
+    obj: dict[str, Any] = {"error": {"message": message, "type": type, "param": None, "code": code}}
+    if extra is not None:
+        obj["truthlens"] = dict(extra)
+    return dump_json(obj)

@@ -1,0 +1,84 @@
+"""Config -> the long-lived objects one sidecar process shares across streams.
+
+Built once at start-up (compiled policy, engine, metrics), immutable afterwards: the per-request
+state lives only in `RequestContext`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from extproc.config import Config, model_dir
+from extproc.inference.api import Engine, NullEngine
+from extproc.policy.decisions import Policy, compile_policy
+from extproc.server import ServerOptions
+
+log = logging.getLogger("truthlens.wiring")
+
+
+@dataclass(slots=True)
+class GatewayRuntime:
+    """What every stream reads: config, compiled policy, the engine, metrics (optional)."""
+
+    config: Config
+    engine: Engine
+    policy: Policy = field(init=False)
+    metrics: Any = None  # extproc.telemetry.metrics.Metrics, or None in tests
+    mitigator: Any = None  # extproc.mitigation.Mitigator for standard/premium modes
+
+    def __post_init__(self) -> None:
+        self.policy = compile_policy(self.config)
+
+    @property
+    def inference_timeout_s(self) -> float:
+        return self.config.truthlens.inference_timeout_ms / 1000.0
+
+
+def server_options(cfg: Config, address: str | None = None) -> ServerOptions:
+    s = cfg.server
+    return ServerOptions(
+        address=address or s.grpc_address,
+        max_message_bytes=s.max_message_bytes,
+        shutdown_grace_s=s.shutdown_grace_s,
+        tls_cert_file=s.tls.cert_file if s.tls.enabled else None,
+        tls_key_file=s.tls.key_file if s.tls.enabled else None,
+        tls_client_ca_file=s.tls.client_ca_file if s.tls.enabled else None,
+    )
+
+
+def build_engine(cfg: Config) -> Engine:
+    """The inference engine for this config.
+
+    Missing or invalid model directories are not fatal (the engine logs them, naming the config
+    key, and leaves the role out; the gateway answers unchecked/models_unavailable). Only errors
+    the engine raises (e.g. provider `cuda` without a GPU) stop start-up.
+    """
+    m = cfg.truthlens.models
+    if all(model_dir(getattr(m, role)) is None for role in ("sentinel", "detector", "explainer")):
+        return NullEngine()
+    try:
+        engine_mod = importlib.import_module("extproc.inference.engine")
+    except ImportError as exc:
+        log.warning("inference engine not available (%s): detection disabled", exc)
+        return NullEngine()
+    return engine_mod.build_engine(engine_settings(cfg, engine_mod))
+
+
+def engine_settings(cfg: Config, engine_mod: Any) -> Any:
+    """Config -> EngineSettings (the inference layer owns the mapping: `EngineSettings.from_config`)."""
+    return engine_mod.EngineSettings.from_config(cfg)
+
+
+def build_mitigator(cfg: Config, engine: Engine) -> Any:
+    """The standard/premium mode driver, or None when no decision can use those modes."""
+    modes = {cfg.truthlens.default_mode} | {
+        d.plugins.truthlens.mode for d in cfg.decisions if d.plugins.truthlens.mode is not None
+    }
+    if modes <= {"lightweight"}:
+        return None
+    from extproc.mitigation import Mitigator
+
+    return Mitigator(cfg, engine)

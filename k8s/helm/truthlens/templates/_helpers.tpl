@@ -1,0 +1,101 @@
+{{/* Names and labels. */}}
+{{- define "truthlens.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "truthlens.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "truthlens.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "truthlens.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "truthlens.labels" -}}
+{{ include "truthlens.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: truthlens
+{{- if not .Values.plainManifests }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+{{- end -}}
+
+{{- define "truthlens.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "truthlens.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "truthlens.image" -}}
+{{- $variant := ternary "cuda" "cpu" .Values.gpu.enabled -}}
+{{- $tag := default (printf "%s-%s" .Chart.AppVersion $variant) .Values.image.truthlens.tag -}}
+{{- printf "%s:%s" .Values.image.truthlens.repository $tag -}}
+{{- end -}}
+
+{{- define "truthlens.socketDir" -}}
+{{- dir .Values.sidecar.socketPath -}}
+{{- end -}}
+
+{{/*
+The TruthLens config as the sidecar reads it: .Values.config with the listener addresses
+the pod needs (kubelet probes and Prometheus reach the pod IP, Envoy reaches localhost/UDS).
+*/}}
+{{/*
+Config keys that may be null but default to something else. Helm deletes a key whose value is
+set to null, which would silently bring the default back (e.g. `models.sentinel: null`, "check
+every prompt", would load the sentinel); a listed key missing after the merge was nulled by
+the user, so it is rendered as null. tests/deploy keeps this list equal to the config schema's.
+*/}}
+{{- define "truthlens.nullableConfigKeys" -}}
+truthlens.rag_context_field truthlens.models.sentinel truthlens.models.detector truthlens.models.explainer
+{{- end -}}
+
+{{- define "truthlens.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- range $path := splitList " " (include "truthlens.nullableConfigKeys" $) -}}
+{{- $parts := splitList "." $path -}}
+{{- $node := $cfg -}}
+{{- range $p := initial $parts -}}
+{{- $next := get $node $p -}}
+{{- $node = ternary $next dict (kindIs "map" $next) -}}
+{{- end -}}
+{{- if not (hasKey $node (last $parts)) -}}
+{{- $_ := set $node (last $parts) nil -}}
+{{- end -}}
+{{- end -}}
+{{- $grpc := printf "0.0.0.0:%d" (int .Values.sidecar.grpcPort) -}}
+{{- if and (eq .Values.sidecar.transport "uds") (not .Values.envoy.enabled) -}}
+{{- fail "sidecar.transport: uds needs envoy.enabled (without Envoy in the pod the sidecar must listen on TCP)" -}}
+{{- else if eq .Values.sidecar.transport "uds" -}}
+{{- $grpc = printf "unix:%s" .Values.sidecar.socketPath -}}
+{{- else if ne .Values.sidecar.transport "tcp" -}}
+{{- fail (printf "sidecar.transport: expected tcp or uds, got %q" .Values.sidecar.transport) -}}
+{{- end -}}
+{{- $server := mergeOverwrite (deepCopy (default dict $cfg.server)) (dict "grpc_address" $grpc "metrics_address" (printf "0.0.0.0:%d" (int .Values.sidecar.metricsPort))) -}}
+{{- if .Values.sidecarTLS.enabled -}}
+{{- $_ := required "sidecarTLS.secretName is required when sidecarTLS.enabled" .Values.sidecarTLS.secretName -}}
+{{- $tls := dict "enabled" true "cert_file" "/etc/truthlens-tls/tls.crt" "key_file" "/etc/truthlens-tls/tls.key" "client_ca_file" (ternary "/etc/truthlens-tls/ca.crt" nil .Values.sidecarTLS.mutual) -}}
+{{- $_ := set $server "tls" $tls -}}
+{{- end -}}
+{{- $_ := set $cfg "server" $server -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* Pod spec fragments for the sidecar's health probes. */}}
+{{- define "truthlens.probeAction" -}}
+{{- if or (eq .Values.sidecar.transport "uds") .Values.sidecarTLS.enabled }}
+exec:
+  command: [python, /usr/local/bin/truthlens-healthcheck]   # address and TLS from TRUTHLENS_HEALTH_* env
+{{- else }}
+grpc:
+  port: {{ .Values.sidecar.grpcPort }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,1 @@
+"""Training and export scripts for the bundled models (never imported by the serving path)."""

@@ -1,0 +1,220 @@
+"""Turn the shared hallucination sets into span-labelled JSONL (see records.py for the format).
+
+    python -m models.data.convert --out data-cache/hallucination [--sources faithbench xsum ...]
+
+writes `<out>/<source>.train.jsonl` and `<out>/<source>.dev.jsonl`. The split hashes a
+document/question id, so dev never shares a source text with train. Nothing here is
+committed: the outputs are rebuilt from ../shared/data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Iterator
+
+from models.data.records import Record, make_record, split_of, write_jsonl
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = Path(os.environ.get("TRUTHLENS_DATA", REPO_ROOT.parent / "shared" / "data")) / "hallucination"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _whole(answer: str) -> list[tuple[int, int]]:
+    """Span covering the answer without surrounding whitespace (response-level labels)."""
+    start = len(answer) - len(answer.lstrip())
+    end = len(answer.rstrip())
+    return [(start, end)] if end > start else []
+
+
+def _jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, dict]]:
+    with open(path, encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            if limit is not None and i >= limit:
+                return
+            yield i, json.loads(line)
+
+
+# ---------------------------------------------------------------- HaluEval (response-level, synthetic)
+
+
+def halueval_qa(root: Path, limit: int | None = None) -> Iterator[Record]:
+    """knowledge + question; right answer faithful, ChatGPT-written wrong answer one whole span."""
+    for i, r in _jsonl(root / "halueval/eval_suite/dataset_halueval_qa.jsonl", limit):
+        group = _digest(r["question"])
+        for kind, ans in (("right", r["right_answer"]), ("hal", r["hallucinated_answer"])):
+            ans = ans.strip()
+            if not ans:
+                continue
+            yield make_record(f"halueval_qa-{i}-{kind}", r["knowledge"], r["question"], ans,
+                              _whole(ans) if kind == "hal" else [], "qa", "halueval_qa", group)
+
+
+def halueval_dialogue(root: Path, limit: int | None = None) -> Iterator[Record]:
+    """knowledge grounds the reply; the dialogue history plays the question."""
+    for i, r in _jsonl(root / "halueval/eval_suite/dataset_halueval_dialogue.jsonl", limit):
+        group = _digest(r["knowledge"] + r["dialogue_history"])
+        for kind, ans in (("right", r["right_response"]), ("hal", r["hallucinated_response"])):
+            ans = ans.strip()
+            if not ans:
+                continue
+            yield make_record(f"halueval_dialogue-{i}-{kind}", r["knowledge"], r["dialogue_history"].strip(),
+                              ans, _whole(ans) if kind == "hal" else [], "dialogue", "halueval_dialogue", group)
+
+
+def halueval_summarization(root: Path, limit: int | None = None) -> Iterator[Record]:
+    for i, r in _jsonl(root / "halueval/eval_suite/dataset_halueval_summarization.jsonl", limit):
+        group = _digest(r["document"][:2000])
+        for kind, ans in (("right", r["right_summary"]), ("hal", r["hallucinated_summary"])):
+            ans = ans.strip()
+            if not ans:
+                continue
+            yield make_record(f"halueval_summarization-{i}-{kind}", r["document"], None, ans,
+                              _whole(ans) if kind == "hal" else [], "summarization",
+                              "halueval_summarization", group)
+
+
+# ---------------------------------------------------------------- FaithBench (span-level, LLM summaries)
+
+
+def faithbench(root: Path, limit: int | None = None) -> Iterator[Record]:
+    """Union of the spans any annotator marked Unwanted (intrinsic or extrinsic).
+
+    Questionable and Benign spans count as supported: they are judgement calls, and a
+    firewall that flags them would mostly annoy. Samples with no annotation are faithful.
+    """
+    files = sorted((root / "faithbench/data_for_release").glob("batch_*.json"),
+                   key=lambda p: int(p.stem.split("_")[1]))
+    n = 0
+    for path in files:
+        for s in json.load(open(path, encoding="utf-8"))["samples"]:
+            if limit is not None and n >= limit:
+                return
+            raw = s["summary"]
+            answer = raw.strip()
+            shift = len(raw) - len(raw.lstrip())
+            spans = []
+            for a in s.get("annotations") or []:
+                if not any(str(lab).startswith("Unwanted") for lab in a["label"]):
+                    continue
+                st, en = a["summary_start"] - shift, a["summary_end"] - shift
+                st, en = max(0, st), min(len(answer), en)
+                if en > st:
+                    spans.append((st, en))
+            yield make_record(f"faithbench-{path.stem}-{s['sample_id']}", s["source"], None, answer,
+                              spans, "summarization", "faithbench", _digest(s["source"]))
+            n += 1
+
+
+# ---------------------------------------------------------------- XSum annotations + FRANK articles
+
+
+def _unescape(text: str) -> str:
+    return text.replace("\\'", "'")
+
+
+def _find(summary: str, span: str, hint: int) -> tuple[int, int] | None:
+    """Locate an annotated span by string search (offsets in the CSV mix 0- and 1-based)."""
+    best = None
+    pos = summary.find(span)
+    while pos >= 0:
+        if best is None or abs(pos - hint) < abs(best - hint):
+            best = pos
+        pos = summary.find(span, pos + 1)
+    return None if best is None else (best, best + len(span))
+
+
+def xsum(root: Path, limit: int | None = None, min_votes: int = 2) -> Iterator[Record]:
+    """Maynez et al. spans joined with FRANK's article text (about half the docs have one).
+
+    A character is hallucinated when at least `min_votes` of the (usually 3) annotators
+    marked it, intrinsic or extrinsic: single-annotator spans are too noisy to train on.
+    """
+    articles = root / "frank/data/articles-wbertscore-json"
+    rows = defaultdict(list)
+    with open(root / "xsum_hallucination_annotations/hallucination_annotations_xsum_summaries.csv",
+              encoding="utf-8", newline="") as fh:
+        for r in csv.DictReader(fh):
+            rows[(r["bbcid"], r["system"])].append(r)
+    cache: dict[str, str | None] = {}
+    n = 0
+    for (bbcid, system), group in sorted(rows.items()):
+        if bbcid not in cache:
+            path = articles / f"{bbcid}.json"
+            cache[bbcid] = json.load(open(path, encoding="utf-8"))["article"] if path.is_file() else None
+        article = cache[bbcid]
+        if not article:
+            continue
+        if limit is not None and n >= limit:
+            return
+        summary = _unescape(group[0]["summary"]).strip()
+        votes = [0] * len(summary)
+        for r in group:
+            if r["hallucination_type"] == "NULL" or r["hallucinated_span"] == "NULL":
+                continue
+            span = _unescape(r["hallucinated_span"]).strip()
+            found = _find(summary, span, max(0, int(r["hallucinated_span_start"]) - 1)) if span else None
+            if found:
+                for k in range(*found):
+                    votes[k] += 1
+        spans, start = [], None
+        for k, v in enumerate(votes + [0]):
+            if v >= min_votes and start is None:
+                start = k
+            elif v < min_votes and start is not None:
+                spans.append((start, k))
+                start = None
+        yield make_record(f"xsum-{bbcid}-{system}", article, None, summary, spans,
+                          "summarization", "xsum", bbcid)
+        n += 1
+
+
+SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
+    "halueval_qa": halueval_qa,
+    "halueval_dialogue": halueval_dialogue,
+    "halueval_summarization": halueval_summarization,
+    "faithbench": faithbench,
+    "xsum": xsum,
+}
+
+# Small span sets get a bigger dev share so their dev metrics mean something.
+DEV_FRACTION = {"faithbench": 0.25, "xsum": 0.25}
+
+
+def convert(source: str, root: Path, out: Path, dev_fraction: float | None = None,
+            limit: int | None = None) -> dict[str, int]:
+    frac = dev_fraction if dev_fraction is not None else DEV_FRACTION.get(source, 0.1)
+    parts: dict[str, list[Record]] = {"train": [], "dev": []}
+    for rec in SOURCES[source](root, limit=limit):
+        parts[split_of(rec["group"], frac)].append(rec)
+    return {split: write_jsonl(out / f"{source}.{split}.jsonl", recs) for split, recs in parts.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared/data/hallucination folder")
+    ap.add_argument("--out", type=Path, default=REPO_ROOT / "data-cache/hallucination")
+    ap.add_argument("--sources", nargs="+", choices=sorted(SOURCES), default=sorted(SOURCES))
+    ap.add_argument("--dev-fraction", type=float, default=None, help="override the per-source default")
+    ap.add_argument("--limit", type=int, default=None, help="read at most N items per source (tests)")
+    args = ap.parse_args(argv)
+    if not args.data.is_dir():
+        print(f"error: data folder {args.data} not found (set TRUTHLENS_DATA)", file=sys.stderr)
+        return 2
+    for source in args.sources:
+        counts = convert(source, args.data, args.out, args.dev_fraction, args.limit)
+        print(f"{source}: train {counts['train']}  dev {counts['dev']}  -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

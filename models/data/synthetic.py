@@ -1,0 +1,223 @@
+"""Synthetic RAG-QA answers with exactly known hallucinated spans, built from HaluEval QA.
+
+The target traffic is an LLM answer over retrieved passages that is mostly grounded but
+carries a short unsupported addition or a swapped fact. HaluEval's own answers are either a
+bare entity (faithful) or a whole wrong sentence, so a detector trained only on them learns
+"long answer = hallucinated". Here every answer copies grounded sentences from the knowledge
+and then, for most records, either
+  * swaps one entity / number / date / month in the copied text (a contradiction), or
+  * inserts an unsupported sentence or clause (a baseless addition): HaluEval's ChatGPT-written
+    wrong answer, a sentence from an unrelated record, or a templated claim about an entity
+    of this passage,
+labelling exactly the changed characters. Distractor passages from other records make the
+context look like retrieval output (several passages, only one relevant).
+
+    python -m models.data.synthetic --out data-cache/hallucination [--n-train 6000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+from pathlib import Path
+from typing import Iterator
+
+from models.data.convert import DEFAULT_DATA, REPO_ROOT, _digest
+from models.data.records import Record, make_record, split_of, write_jsonl
+
+SENT_SPLIT = re.compile(r"(?<=[.!?])\s*(?=[A-Z\"(])")
+NUMBER = re.compile(r"\b\d[\d,]*(?:\.\d+)?\b")
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December"]
+MONTH = re.compile(r"\b(" + "|".join(MONTHS) + r")\b")
+ENTITY = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?: (?:of |the |de )?[A-Z][a-zA-Z'\-]+)*")
+STOP_CAPS = {"The", "A", "An", "It", "He", "She", "They", "This", "In", "On", "At", "His", "Her",
+             "Its", "Their", "As", "After", "During", "Both", "However", "Although"} | set(MONTHS)
+
+LEADS = ["", "", "", "Based on the provided context, ", "According to the passage, ",
+         "The context states that ", "From the documents: "]
+ANSWER_FIRST = ["{a}. ", "The answer is {a}. ", "{a} — ", ""]
+CLAUSES = [
+    "{E} was founded in {Y}.",
+    "{E} is headquartered in {P}.",
+    "In {Y}, {E} received a national award for this work.",
+    "{E} has more than {N} employees worldwide.",
+    "This was later confirmed by officials in {P} in {Y}.",
+    "{E} was originally based in {P} before moving in {Y}.",
+    "Critics at the time described it as one of the most influential works of the decade.",
+    "{E} later collaborated with {E2} on several projects.",
+    "The project cost an estimated ${N} million.",
+    "It was first published in {M} {Y}.",
+]
+INLINE = [", which was founded in {Y},", ", based in {P},", " (established in {Y})", ", a former resident of {P},"]
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in SENT_SPLIT.split(text) if len(s.strip()) > 3]
+
+
+def entities(text: str) -> list[str]:
+    out = []
+    for m in ENTITY.finditer(text):
+        ent = m.group(0)
+        words = ent.split()
+        if words[0] in STOP_CAPS:
+            ent = " ".join(words[1:])
+        if len(ent) > 2 and ent not in STOP_CAPS:
+            out.append(ent)
+    return out
+
+
+def _support(knowledge: str, question: str, answer: str) -> list[str]:
+    sents = sentences(knowledge) or [knowledge.strip()]
+    low = answer.lower()
+    hits = [s for s in sents if low and low in s.lower()]
+    if hits:
+        return hits[:2]
+    q = set(re.findall(r"\w+", (question + " " + answer).lower()))
+    return sorted(sents, key=lambda s: -len(q & set(re.findall(r"\w+", s.lower()))))[:2]
+
+
+def _new_number(tok: str, rng: random.Random) -> str:
+    digits = tok.replace(",", "")
+    try:
+        val = float(digits)
+    except ValueError:
+        return tok
+    if "." in digits:
+        return f"{val * rng.choice([0.5, 1.5, 2, 3]):.{len(digits.split('.')[1])}f}"
+    v = int(val)
+    if 1000 <= v <= 2100:  # a year: plausible neighbour
+        new = v + rng.choice([-1, 1]) * rng.randint(1, 15)
+    elif v < 10:
+        new = rng.choice([x for x in range(1, 13) if x != v])
+    else:
+        new = max(1, int(v * rng.choice([0.3, 0.5, 1.5, 2, 3]) + rng.randint(1, 9)))
+    s = str(new)
+    return f"{new:,}" if "," in tok else s
+
+
+def swap(answer: str, start: int, knowledge: str, pool: list[str], rng: random.Random
+         ) -> tuple[str, tuple[int, int]] | None:
+    """Replace one number, month or entity at or after `start`; None if nothing swappable."""
+    region = answer[start:]
+    cands = [("num", m) for m in NUMBER.finditer(region)] + [("month", m) for m in MONTH.finditer(region)]
+    cands += [("ent", m) for m in ENTITY.finditer(region)
+              if m.group(0).split()[0] not in STOP_CAPS and m.start() > 0]
+    rng.shuffle(cands)
+    low_k = knowledge.lower()
+    for kind, m in cands:
+        old = m.group(0)
+        if kind == "num":
+            new = _new_number(old, rng)
+        elif kind == "month":
+            new = rng.choice([x for x in MONTHS if x != old])
+        else:
+            same = [e for e in pool if len(e.split()) == len(old.split()) and e.lower() not in low_k]
+            new = rng.choice(same) if same else None
+        if not new or new == old or new.lower() in low_k:
+            continue
+        s = start + m.start()
+        return answer[:s] + new + answer[s + len(old):], (s, s + len(new))
+    return None
+
+
+def _fill(tpl: str, ents: list[str], pool: list[str], rng: random.Random) -> str:
+    return tpl.format(
+        E=rng.choice(ents) if ents else "It", E2=rng.choice(pool), P=rng.choice(pool),
+        Y=rng.randint(1890, 2022), N=rng.choice([12, 40, 150, 300, 2500, 12000]), M=rng.choice(MONTHS))
+
+
+def addition(answer: str, ents: list[str], record: dict, other: dict, pool: list[str],
+             rng: random.Random) -> tuple[str, tuple[int, int]]:
+    """Insert an unsupported sentence (end or between sentences) or an inline clause."""
+    choice = rng.random()
+    if choice < 0.2 and ents:
+        ent = rng.choice(ents)
+        pos = answer.find(ent)
+        if pos >= 0:
+            clause = _fill(rng.choice(INLINE), ents, pool, rng)
+            at = pos + len(ent)
+            lead = len(clause) - len(clause.lstrip(" ,("))
+            core = clause.strip(" ,()")
+            new = answer[:at] + clause + answer[at:]
+            return new, (at + lead, at + lead + len(core))
+    if choice < 0.55:
+        extra = record["hallucinated_answer"].strip()
+    elif choice < 0.7:
+        extra = rng.choice(sentences(other["knowledge"]) or [other["knowledge"]]).strip()
+    else:
+        extra = _fill(rng.choice(CLAUSES), ents, pool, rng)
+    if extra and extra[-1] not in ".!?":
+        extra += "."
+    bounds = [m.end() for m in re.finditer(r"[.!?](?=\s)", answer)]
+    if bounds and rng.random() < 0.4:
+        at = rng.choice(bounds)
+        new = answer[:at] + " " + extra + answer[at:]
+        return new, (at + 1, at + 1 + len(extra))
+    sep = "" if answer.endswith(" ") else " "
+    new = answer + sep + extra
+    return new, (len(answer) + len(sep), len(new))
+
+
+def build(rows: list[dict], split: str, seed: int, p_faithful: float = 0.35, p_swap: float = 0.3,
+          max_distractors: int = 2) -> Iterator[Record]:
+    rng = random.Random(f"{seed}:{split}")
+    pool = [e for r in rows[:3000] for e in entities(r["knowledge"])]
+    for i, r in enumerate(rows):
+        support = _support(r["knowledge"], r["question"], r["right_answer"])
+        lead = rng.choice(LEADS)
+        body = " ".join(support[: rng.choice([1, 1, 2])])
+        if lead and body:
+            body = body[0].lower() + body[1:] if not body[:2].isupper() and body.split()[0] in STOP_CAPS else body
+        prefix = rng.choice(ANSWER_FIRST).format(a=r["right_answer"].strip().rstrip("."))
+        answer = prefix + lead + body
+        grounded_from = len(prefix)
+        spans: list[tuple[int, int]] = []
+        roll = rng.random()
+        kind = "faithful"
+        if roll >= p_faithful:
+            swapped = swap(answer, grounded_from, r["knowledge"], pool, rng) if roll < p_faithful + p_swap else None
+            if swapped:
+                answer, span = swapped
+                kind = "swap"
+            else:
+                other = rows[rng.randrange(len(rows))]
+                answer, span = addition(answer, entities(r["knowledge"]), r, other, pool, rng)
+                kind = "addition"
+            spans.append(span)
+        passages = [r["knowledge"]]
+        for _ in range(rng.randint(0, max_distractors)):
+            passages.append(rows[rng.randrange(len(rows))]["knowledge"])
+        rng.shuffle(passages)
+        rec = make_record(f"synthetic_qa-{split}-{i}-{kind}", passages, r["question"], answer, spans,
+                          "qa", "synthetic_qa", _digest(r["question"]))
+        rec["perturbation"] = kind
+        yield rec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--out", type=Path, default=REPO_ROOT / "data-cache/hallucination")
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--dev-fraction", type=float, default=0.1, help="must match convert.py's halueval_qa split")
+    ap.add_argument("--limit", type=int, default=None)
+    args = ap.parse_args(argv)
+    rows = {"train": [], "dev": []}
+    with open(args.data / "halueval/eval_suite/dataset_halueval_qa.jsonl", encoding="utf-8") as fh:
+        for n, line in enumerate(fh):
+            if args.limit is not None and n >= args.limit:
+                break
+            r = json.loads(line)
+            rows[split_of(_digest(r["question"]), args.dev_fraction)].append(r)
+    for split, part in rows.items():
+        n = write_jsonl(args.out / f"synthetic_qa.{split}.jsonl", build(part, split, args.seed))
+        print(f"synthetic_qa: {split} {n} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

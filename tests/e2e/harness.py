@@ -1,0 +1,208 @@
+"""Start the real pieces on loopback for end-to-end tests and the benchmark.
+
+Order: scripted upstream, then the sidecar (gRPC health SERVING), then Envoy (admin /ready).
+The sidecar runs in-process on its own thread and event loop so a test can give it an engine
+double and read its stream gauge; `SidecarProcess` runs the real `truthlens serve` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import httpx
+
+from extproc.commands.dev import terminate, wait_grpc_serving, wait_http_ok
+from extproc.envoy_config import EnvoyOptions, resolve_envoy_binary, write_config
+from extproc.inference.api import DetectionResult, ModelInfo, Overloaded, SentinelResult, Span
+from extproc.server import ServerOptions, SidecarServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class SidecarThread:
+    """A grpc.aio server with any ExternalProcessor servicer, on a private loop in a thread."""
+
+    def __init__(self, servicer: Any, address: str = "127.0.0.1:0", grace_s: float = 2.0) -> None:
+        self.servicer = servicer
+        self.loop = asyncio.new_event_loop()
+        self._opts = ServerOptions(address=address, shutdown_grace_s=grace_s)
+        self.server: SidecarServer | None = None
+        self._thread = threading.Thread(target=self.loop.run_forever, name="sidecar", daemon=True)
+
+    def start(self) -> SidecarThread:
+        self._thread.start()
+
+        async def boot() -> SidecarServer:
+            server = SidecarServer(self.servicer, self._opts)
+            await server.start()
+            return server
+
+        self.server = asyncio.run_coroutine_threadsafe(boot(), self.loop).result(30)
+        return self
+
+    @property
+    def address(self) -> str:
+        assert self.server is not None
+        return self.server.address
+
+    def call(self, coro: Any, timeout: float = 30) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.call(self.server.stop(1.0))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+class SidecarProcess:
+    """The real `truthlens serve` command in a subprocess."""
+
+    def __init__(self, config: str | None = None, extra_env: dict[str, str] | None = None) -> None:
+        self.address = f"127.0.0.1:{free_port()}"
+        cmd = [sys.executable, "-m", "extproc.commands.serve", "--grpc-address", self.address, "--no-metrics"]
+        if config:
+            cmd += ["--config", config]
+        env = {**os.environ, **(extra_env or {})}
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        if not wait_grpc_serving(self.address, timeout, self.proc):
+            out = self.proc.stdout.read().decode() if self.proc.poll() is not None and self.proc.stdout else ""
+            raise RuntimeError(f"truthlens serve did not become SERVING: {out[-2000:]}")
+
+    def stop(self) -> int:
+        terminate(self.proc)
+        return self.proc.returncode
+
+
+@dataclass
+class EnvoyProcess:
+    sidecar_address: str
+    upstream_url: str
+    with_ext_proc: bool = True
+    failure_mode_allow: bool = True
+    message_timeout_s: float = 10.0
+    concurrency: int = 1
+    listen_port: int = field(default_factory=free_port)
+    admin_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    _dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def start(self, timeout: float = 60.0) -> EnvoyProcess:
+        self._dir = tempfile.TemporaryDirectory(prefix="truthlens-envoy-")
+        opts = EnvoyOptions(listen_port=self.listen_port, admin_port=self.admin_port,
+                            sidecar_address=self.sidecar_address, upstream_url=self.upstream_url,
+                            failure_mode_allow=self.failure_mode_allow, message_timeout_s=self.message_timeout_s,
+                            with_ext_proc=self.with_ext_proc)
+        cfg = write_config(opts, Path(self._dir.name) / "envoy.yaml")
+        log = open(Path(self._dir.name) / "envoy.log", "wb")  # noqa: SIM115 - lives as long as Envoy
+        self.proc = subprocess.Popen(
+            [resolve_envoy_binary(), "-c", str(cfg), "--log-level", "warning", "--concurrency", str(self.concurrency),
+             "--base-id", str(self.admin_port), "--disable-hot-restart"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        if not wait_http_ok(f"http://127.0.0.1:{self.admin_port}/ready", timeout, self.proc):
+            raise RuntimeError(f"Envoy did not become ready: {self.log_tail()}")
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.listen_port}"
+
+    def log_tail(self, n: int = 4000) -> str:
+        if self._dir is None:
+            return ""
+        p = Path(self._dir.name) / "envoy.log"
+        return p.read_text(errors="replace")[-n:] if p.exists() else ""
+
+    def stats(self, prefix: str = "") -> dict[str, int]:
+        text = httpx.get(f"http://127.0.0.1:{self.admin_port}/stats?filter={prefix}").text
+        out: dict[str, int] = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(": ")
+            if value.strip().isdigit():
+                out[name] = int(value)
+        return out
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            terminate(self.proc)
+        if self._dir is not None:
+            self._dir.cleanup()
+
+
+# ---- an Engine test double ---------------------------------------------------------------
+
+FLAG_WORD = "Oslo"  # the demo upstream's injected claim mentions it; the test engine flags it
+
+
+class ScriptedTestEngine:
+    """TEST ENGINE (not a model): deterministic sentinel/detector for gateway tests.
+
+    Sentinel: a prompt containing "poem" or "joke" is non-factual. Detector: the sentence of the
+    answer that contains FLAG_WORD is a span with score 0.9 unless a context passage mentions
+    FLAG_WORD too (then it is supported); otherwise the score is 0.05.
+    Questions containing TRIGGER_TIMEOUT / TRIGGER_OVERLOAD / TRIGGER_ERROR make it misbehave.
+    """
+
+    def __init__(self, roles: Sequence[str] = ("sentinel", "detector"), delay_s: float = 0.0) -> None:
+        self.roles = set(roles)
+        self.delay_s = delay_s
+        self.calls: list[tuple[str, str]] = []
+        self.sentinel_gate: asyncio.Event | None = None  # set by a test: classify waits for it
+
+    def models(self) -> Sequence[ModelInfo]:
+        return tuple(ModelInfo(r, f"test-{r}", "<memory>", "TestEngine") for r in sorted(self.roles))
+
+    def has(self, role: str) -> bool:
+        return role in self.roles
+
+    async def classify_prompt(self, prompt: str) -> SentinelResult:
+        self.calls.append(("sentinel", prompt))
+        if self.sentinel_gate is not None:
+            await self.sentinel_gate.wait()
+        low = prompt.lower()
+        non_factual = "poem" in low or "joke" in low
+        return SentinelResult(needs_check=not non_factual, confidence=0.1 if non_factual else 0.9)
+
+    async def detect(self, context: Sequence[str], question: str | None, answer: str) -> DetectionResult:
+        self.calls.append(("detect", answer))
+        q = question or ""
+        if "TRIGGER_TIMEOUT" in q:
+            await asyncio.sleep(30)
+        if "TRIGGER_OVERLOAD" in q:
+            raise Overloaded("queue full")
+        if "TRIGGER_ERROR" in q:
+            raise RuntimeError("engine exploded")
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        at = answer.find(FLAG_WORD)
+        if at < 0 or any(FLAG_WORD in passage for passage in context):
+            return DetectionResult(score=0.05, spans=())
+        start = answer.rfind(".", 0, at) + 1
+        while start < at and answer[start] == " ":
+            start += 1
+        end = answer.find(".", at)
+        end = len(answer) if end < 0 else end + 1
+        span = Span(start=start, end=end, text=answer[start:end], score=0.9, tokens=8)
+        return DetectionResult(score=0.9, spans=(span,))
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,74 @@
+"""Where eval/detect take models and thresholds from, and how a failing example is reported."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from extproc.config import default_config
+from extproc.evaluation.dataset import parse_jsonl
+from extproc.evaluation.scorer import Scorer, ScorerError, settings_from_args
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    base = {"config": None, "model_dir": None, "explainer_dir": None, "no_explainer": False,
+            "token_threshold": None, "min_span_confidence": None}
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_defaults_without_config() -> None:
+    settings, response = settings_from_args(_args())
+    assert settings.detector_dir == "models/detector" and settings.explainer_dir == "models/explainer"
+    thresholds = default_config().truthlens.thresholds  # no --config: the project's defaults
+    assert settings.sentinel_dir is None and settings.token_threshold == thresholds.token
+    assert response == thresholds.response
+
+
+def test_config_supplies_dirs_and_thresholds_and_flags_win(tmp_path: Path) -> None:
+    cfg = tmp_path / "tl.yaml"
+    cfg.write_text(
+        "truthlens:\n  models: {detector: /m/det, explainer: /m/exp}\n"
+        "  thresholds: {token: 0.3, response: 0.7, nli_entailment: 0.8}\n"
+    )
+    settings, response = settings_from_args(_args(config=str(cfg)))
+    assert (settings.detector_dir, settings.explainer_dir) == ("/m/det", "/m/exp")
+    assert settings.token_threshold == 0.3 and settings.nli_entailment_threshold == 0.8 and response == 0.7
+    settings, _ = settings_from_args(_args(config=str(cfg), model_dir="/other", no_explainer=True))
+    assert settings.detector_dir == "/other" and settings.explainer_dir is None and not settings.explainer_enabled
+
+
+def test_threshold_flags_override_config_and_are_checked(tmp_path: Path) -> None:
+    cfg = tmp_path / "tl.yaml"
+    cfg.write_text("truthlens:\n  thresholds: {token: 0.3, min_span_confidence: 0.6}\n")
+    settings, _ = settings_from_args(_args(config=str(cfg), token_threshold=0.15, min_span_confidence=0.15))
+    assert settings.token_threshold == 0.15 and settings.min_span_confidence == 0.15
+    with pytest.raises(ScorerError, match="--token-threshold: expected a probability"):
+        settings_from_args(_args(token_threshold=1.5))
+
+
+def test_bad_config_names_the_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "tl.yaml"
+    cfg.write_text("truthlens:\n  thresholds: {token: 2}\n")
+    with pytest.raises(ScorerError, match="truthlens.thresholds.token"):
+        settings_from_args(_args(config=str(cfg)))
+
+
+def test_a_failing_example_is_named(tiny_models) -> None:  # type: ignore[no-untyped-def]
+    settings, response = settings_from_args(_args(model_dir=str(tiny_models["bert-token"]), no_explainer=True))
+    scorer = Scorer(settings, response)
+    try:
+        (ex,) = parse_jsonl('{"id": "x1", "context": "a b", "question": null, "answer": "a c", "labels": []}')
+        pred = scorer.score(ex)  # the real path works and exposes the detector's token evidence
+        assert len(pred.token_offsets) == len(pred.token_probs) > 0
+
+        async def broken(*_: object) -> None:
+            raise RuntimeError("boom")
+
+        scorer.engine.detect = broken  # type: ignore[method-assign]
+        with pytest.raises(ScorerError, match=r"example 'x1' \(line 1\): detector failed: RuntimeError: boom"):
+            scorer.score(ex)
+    finally:
+        scorer.close()

@@ -1,0 +1,224 @@
+import asyncio
+import shutil
+
+import numpy as np
+import pytest
+
+from extproc.inference.api import DetectionResult, ModelUnavailable
+from extproc.inference.engine import EngineSettings, build_engine
+from extproc.inference.manifest import ManifestError
+from extproc.inference.models import Detector, OnnxModel
+from extproc.inference.runtime import RuntimeOptions
+from extproc.inference.windowing import PairInput, Row
+
+LONG_CONTEXT = ["Paris is the capital of France. " * 40, "The Eiffel tower was built in 1889."]
+ANSWER = "The capital of France is Lyon. The tower was built in 1925."
+
+
+def _settings(tiny_models, detector="bert-token", **kw) -> EngineSettings:
+    base = dict(sentinel_dir=str(tiny_models["bert-seq"]), detector_dir=str(tiny_models[detector]),
+                explainer_dir=str(tiny_models["bert-nli"]), provider="cpu", max_wait_ms=1.0)
+    return EngineSettings(**{**base, **kw})
+
+
+@pytest.fixture
+async def engine_factory(tiny_models):
+    engines = []
+
+    def make(**kw):
+        engines.append(build_engine(_settings(tiny_models, **kw)))
+        return engines[-1]
+
+    yield make
+    for e in engines:
+        await e.close()
+
+
+@pytest.mark.parametrize("detector", ["bert-token", "modernbert-token"])
+async def test_detect_windows_long_context_and_scores_the_answer(engine_factory, detector):
+    # token threshold 0 flags every token: the whole answer must come back as spans.
+    engine = engine_factory(detector=detector, token_threshold=0.0, min_span_confidence=0.0,
+                            min_span_chars=1, explainer_enabled=False)
+    result = await engine.detect(LONG_CONTEXT, "What is the capital?", ANSWER)
+    assert isinstance(result, DetectionResult)
+    assert result.windows > 1
+    assert result.spans and all(ANSWER[s.start:s.end] == s.text for s in result.spans)
+    assert result.spans[0].start == 0 and result.spans[-1].end == len(ANSWER)
+    assert 0.0 < result.score <= 1.0
+    assert set(result.timings_ms) >= {"tokenize", "detector"}
+
+
+async def test_token_threshold_one_flags_nothing(engine_factory):
+    engine = engine_factory(token_threshold=1.0)
+    result = await engine.detect(LONG_CONTEXT, None, ANSWER)
+    assert result.spans == () and result.score == 0.0
+
+
+async def test_explainer_labels_spans_and_drops_entailed_ones(engine_factory):
+    flag_all = dict(token_threshold=0.0, min_span_confidence=0.0, min_span_chars=1)
+    keep = await engine_factory(nli_entailment_threshold=1.0, **flag_all).detect(LONG_CONTEXT, "q", ANSWER)
+    assert keep.spans and keep.dropped_spans == 0
+    for span in keep.spans:
+        assert span.nli_label in {"entailment", "neutral", "contradiction"}
+        assert span.severity == {"contradiction": 4, "neutral": 2, "entailment": 1}[span.nli_label]
+        assert 0.0 <= span.nli_confidence <= 1.0
+    assert "explainer" in keep.timings_ms
+    drop = await engine_factory(nli_entailment_threshold=0.0, **flag_all).detect(LONG_CONTEXT, "q", ANSWER)
+    assert drop.spans == () and drop.dropped_spans == len(keep.spans) and drop.score == 0.0
+    off = await engine_factory(nli_entailment_threshold=0.0, drop_entailed=False, **flag_all).detect(LONG_CONTEXT, "q", ANSWER)
+    assert len(off.spans) == len(keep.spans) and off.dropped_spans == 0
+
+
+async def test_score_method_is_selectable(engine_factory):
+    flag_all = dict(token_threshold=0.0, min_span_confidence=0.0, min_span_chars=1, explainer_enabled=False)
+    noisy = await engine_factory(score_method="noisy_or", **flag_all).detect(LONG_CONTEXT, "q", ANSWER)
+    best = await engine_factory(score_method="max_span", **flag_all).detect(LONG_CONTEXT, "q", ANSWER)
+    assert best.score == pytest.approx(max(s.score for s in best.spans))
+    assert noisy.score >= best.score
+
+
+async def test_sentinel_threshold(engine_factory):
+    always = await engine_factory(sentinel_threshold=0.0).classify_prompt("What is the dose of aspirin?")
+    never = await engine_factory(sentinel_threshold=1.0).classify_prompt("What is the dose of aspirin?")
+    assert always.needs_check and not never.needs_check
+    assert always.confidence == pytest.approx(never.confidence) and 0.0 < always.confidence < 1.0
+
+
+async def test_concurrent_requests_share_batches_and_match_sequential_results(engine_factory):
+    engine = engine_factory(token_threshold=0.0, min_span_confidence=0.0, min_span_chars=1, explainer_enabled=False)
+    answers = [f"The tower was built in {1880 + i}." for i in range(12)]
+    alone = [await engine.detect(["The Eiffel tower was built in 1889."], None, a) for a in answers]
+    together = await asyncio.gather(*[engine.detect(["The Eiffel tower was built in 1889."], None, a) for a in answers])
+    for x, y in zip(alone, together):
+        assert [(s.start, s.end) for s in x.spans] == [(s.start, s.end) for s in y.spans]
+        assert x.score == pytest.approx(y.score, abs=1e-5)  # padding to a longer batch must not change results
+
+
+async def test_missing_models_are_reported_not_fatal(tiny_models, tmp_path):
+    engine = build_engine(EngineSettings(detector_dir=str(tmp_path / "absent"), sentinel_dir=None, explainer_dir=None))
+    try:
+        assert not engine.has("detector") and engine.models() == ()
+        with pytest.raises(ModelUnavailable):
+            await engine.detect(["c"], "q", "a")
+        with pytest.raises(ModelUnavailable):
+            await engine.classify_prompt("p")
+    finally:
+        await engine.close()
+
+
+async def test_partial_engine_reports_roles_and_providers(tiny_models):
+    engine = build_engine(EngineSettings(detector_dir=str(tiny_models["modernbert-token"]), provider="cpu"))
+    try:
+        assert engine.has("detector") and not engine.has("sentinel") and not engine.has("explainer")
+        (info,) = engine.models()
+        assert (info.role, info.name, info.provider) == ("detector", "modernbert-token", "CPUExecutionProvider")
+    finally:
+        await engine.close()
+
+
+def test_broken_model_dir_fails_naming_the_config_key_when_strict(tiny_models, tmp_path):
+    broken = shutil.copytree(tiny_models["bert-token"], tmp_path / "det")
+    (broken / "truthlens.json").write_text("{}")
+    with pytest.raises(ManifestError, match=r"truthlens\.models\.detector: .*missing required field"):
+        build_engine(EngineSettings(detector_dir=str(broken), strict=True))
+
+
+async def test_broken_explainer_is_left_out_and_the_detector_still_runs(tiny_models, tmp_path, caplog):
+    empty = tmp_path / "explainer"
+    empty.mkdir()  # e.g. a training run that has not written its files yet
+    engine = build_engine(EngineSettings(detector_dir=str(tiny_models["bert-token"]), explainer_dir=str(empty)))
+    try:
+        assert engine.has("detector") and not engine.has("explainer")
+        assert "truthlens.models.explainer" in engine.load_errors["explainer"]
+        assert "missing" in engine.load_errors["explainer"]
+        assert any("truthlens.models.explainer" in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+        assert (await engine.detect(["ctx"], None, "some answer")).windows == 1
+    finally:
+        await engine.close()
+
+
+def test_bad_settings_name_the_key():
+    with pytest.raises(ValueError, match="truthlens.score_method"):
+        EngineSettings(score_method="mean")
+    with pytest.raises(ValueError, match="truthlens.models.provider"):
+        EngineSettings(provider="gpu")
+
+
+def test_each_answer_token_takes_the_max_over_windows(tiny_models):
+    det = Detector(OnnxModel(tiny_models["bert-token"], "detector", RuntimeOptions("cpu")))
+    rows = (Row((0,) * 6, (0,) * 6, 2, 0, 3), Row((0,) * 6, (0,) * 6, 2, 1, 3))  # two windows, answer tokens 0-2 and 1-3
+    pi = PairInput(rows, ((0, 1), (2, 3), (4, 5), (6, 7)), 4)
+    p0 = np.zeros((6, 2), np.float32)
+    p0[2:5, 1] = [0.2, 0.9, 0.1]
+    p1 = np.zeros((6, 2), np.float32)
+    p1[2:5, 1] = [0.5, 0.3, 0.8]
+    scores = det.finish(pi, [p0, p1])
+    assert scores.probs.tolist() == pytest.approx([0.2, 0.9, 0.3, 0.8])
+    assert scores.windows == 2
+
+
+def test_synchronous_predict_batch_matches_engine_windows(tiny_models):
+    det = Detector(OnnxModel(tiny_models["bert-token"], "detector", RuntimeOptions("cpu")))
+    out = det.predict_batch([(LONG_CONTEXT, "q", ANSWER), ([], None, "short answer")])
+    assert out[0].windows > 1 and out[1].windows == 1
+    assert len(out[0].probs) == len(out[0].offsets) and all(0 <= p <= 1 for p in out[0].probs)
+
+
+async def test_empty_answer_has_nothing_to_judge(engine_factory):
+    result = await engine_factory().detect(["ctx"], "q", "   ")
+    assert (result.score, result.spans, result.windows) == (0.0, (), 0)
+
+
+async def _until(predicate, what: str) -> None:
+    for _ in range(1000):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never reached: {what}")
+
+
+def _hold_detector(engine):
+    """Block the detector's forward pass on a gate (the real model runs once the gate opens)."""
+    import threading
+
+    gate, entered = threading.Event(), threading.Event()
+    batcher = engine._batchers["detector"]
+    real = batcher._run
+
+    def held(rows):
+        entered.set()
+        gate.wait(30)
+        return real(rows)
+
+    batcher._run = held
+    batcher.entered = entered  # type: ignore[attr-defined]
+    return gate, batcher
+
+
+async def test_overloaded_engine_answers_at_once_instead_of_queueing(engine_factory):
+    from extproc.inference.api import Overloaded
+
+    engine = engine_factory(max_queue=1, explainer_enabled=False)
+    gate, batcher = _hold_detector(engine)
+    first = asyncio.ensure_future(engine.detect(["ctx"], None, "first answer"))
+    await _until(lambda: batcher.pending == 1, "first request admitted")
+    with pytest.raises(Overloaded):
+        await engine.detect(["ctx"], None, "second answer")
+    gate.set()
+    assert (await first).windows == 1
+
+
+async def test_timed_out_request_is_dropped_before_the_forward_pass(engine_factory):
+    engine = engine_factory(explainer_enabled=False)
+    gate, batcher = _hold_detector(engine)
+    first = asyncio.ensure_future(engine.detect(["ctx"], None, "first answer"))
+    await _until(batcher.entered.is_set, "first batch inside the forward pass")
+    abandoned = asyncio.ensure_future(engine.detect(["ctx"], None, "abandoned answer"))
+    await _until(lambda: batcher.pending == 2, "second request queued")
+    abandoned.cancel()  # what asyncio.wait_for does when the gateway's inference timeout fires
+    with pytest.raises(asyncio.CancelledError):
+        await abandoned
+    gate.set()
+    await first
+    await _until(lambda: batcher.pending == 0, "queue drained")
+    assert batcher.dropped == 1 and batcher.batches == 1

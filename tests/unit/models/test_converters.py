@@ -1,0 +1,168 @@
+"""Converters and synthetic spans on tiny generated copies of the shared data layout."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from models.data import convert, synthetic
+from models.data.records import make_record, merge_spans, read_jsonl, split_of, validate
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+QA_ROWS = [
+    {"knowledge": "The Oberoi Group is a hotel company with its head office in Delhi. It was founded in 1934 "
+                  "by Mohan Singh Oberoi.",
+     "question": "The Oberoi family is part of a hotel company that has a head office in what city?",
+     "right_answer": "Delhi", "hallucinated_answer": "The Oberoi family's hotel company is based in Mumbai."},
+    {"knowledge": "Arthur's Magazine (1844-1846) was an American literary periodical published in Philadelphia. "
+                  "First for Women is a woman's magazine published by Bauer Media Group in the USA.",
+     "question": "Which magazine was started first Arthur's Magazine or First for Women?",
+     "right_answer": "Arthur's Magazine", "hallucinated_answer": "First for Women was started first."},
+    {"knowledge": "Dawn Roma French (born 11 October 1957) is an English actress, writer, and comedian. "
+                  "She starred in Girls on Top with Jennifer Saunders.",
+     "question": "When was the comedian from Girls on Top born?",
+     "right_answer": "11 October 1957", "hallucinated_answer": "She was born on 3 May 1961 in London."},
+]
+
+
+@pytest.fixture()
+def shared(tmp_path: Path) -> Path:
+    root = tmp_path / "hallucination"
+    _write_jsonl(root / "halueval/eval_suite/dataset_halueval_qa.jsonl", QA_ROWS)
+    summary = " The film grossed $181 million, with a production budget of $160 million."
+    fb = {"samples": [
+        {"sample_id": 0, "source": "Poseidon grossed $181 million on a budget of $160 million.", "summary": summary,
+         "annotations": [
+             {"label": ["Unwanted", "Unwanted.Intrinsic"], "summary_start": summary.index("production"),
+              "summary_end": summary.index("production") + len("production")},
+             {"label": ["Benign"], "summary_start": 1, "summary_end": 9}]},
+        {"sample_id": 1, "source": "Another source.", "summary": "A faithful summary.", "annotations": []},
+    ]}
+    (root / "faithbench/data_for_release").mkdir(parents=True)
+    (root / "faithbench/data_for_release/batch_1.json").write_text(json.dumps(fb), encoding="utf-8")
+    xs = root / "xsum_hallucination_annotations"
+    xs.mkdir()
+    s = "rory mcilroy\\'s lead grew to three shots in shanghai."
+    rows = [
+        ("111", "BERTS2S", s, "extrinsic", "in shanghai", 41, 52, "wid_0"),
+        ("111", "BERTS2S", s, "extrinsic", "in shanghai", 41, 52, "wid_1"),
+        ("111", "BERTS2S", s, "intrinsic", "three shots", 28, 39, "wid_2"),  # one vote only
+        ("111", "Gold", "a faithful gold summary.", "NULL", "NULL", -1, -1, "wid_0"),
+        ("222", "Gold", "no article for this one.", "NULL", "NULL", -1, -1, "wid_0"),
+    ]
+    with open(xs / "hallucination_annotations_xsum_summaries.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["bbcid", "system", "summary", "hallucination_type", "hallucinated_span",
+                    "hallucinated_span_start", "hallucinated_span_end", "worker_id"])
+        w.writerows(rows)
+    arts = root / "frank/data/articles-wbertscore-json"
+    arts.mkdir(parents=True)
+    (arts / "111.json").write_text(json.dumps({"article": "Rory McIlroy leads by three shots."}), encoding="utf-8")
+    return root
+
+
+def test_merge_spans_sorts_and_joins_overlaps():
+    assert merge_spans([(5, 9), (0, 2), (8, 12), (12, 14), (3, 3)]) == [
+        {"start": 0, "end": 2}, {"start": 5, "end": 14}]
+
+
+def test_split_is_deterministic_and_respects_fraction():
+    groups = [f"doc-{i}" for i in range(2000)]
+    first = [split_of(g, 0.2) for g in groups]
+    assert first == [split_of(g, 0.2) for g in groups]
+    assert 0.15 < first.count("dev") / len(groups) < 0.25
+
+
+def test_make_record_rejects_labels_outside_answer():
+    with pytest.raises(ValueError, match="outside answer"):
+        make_record("x", "ctx", None, "short", [(0, 10)], "qa", "t", "g")
+    with pytest.raises(ValueError, match="context"):
+        validate({"id": "x", "context": [1], "answer": "a", "labels": []})
+
+
+def test_halueval_qa_pairs_faithful_and_whole_span(shared: Path):
+    recs = list(convert.halueval_qa(shared))
+    assert len(recs) == 6
+    right, hal = recs[0], recs[1]
+    assert right["labels"] == [] and right["answer"] == "Delhi"
+    assert hal["labels"] == [{"start": 0, "end": len(hal["answer"])}]
+    assert right["group"] == hal["group"]  # both answers of one question land in one split
+    for r in recs:
+        validate(r)
+
+
+def test_faithbench_keeps_unwanted_spans_only_and_shifts_offsets(shared: Path):
+    recs = list(convert.faithbench(shared))
+    first, second = recs
+    assert first["answer"].startswith("The film")  # leading space stripped
+    assert [first["answer"][s["start"]:s["end"]] for s in first["labels"]] == ["production"]
+    assert second["labels"] == []
+
+
+def test_xsum_majority_vote_and_frank_join(shared: Path):
+    recs = {r["id"]: r for r in convert.xsum(shared)}
+    assert set(recs) == {"xsum-111-BERTS2S", "xsum-111-Gold"}  # 222 has no FRANK article
+    r = recs["xsum-111-BERTS2S"]
+    assert "'" in r["answer"] and "\\" not in r["answer"]
+    assert [r["answer"][s["start"]:s["end"]] for s in r["labels"]] == ["in shanghai"]
+    assert r["context"] == "Rory McIlroy leads by three shots."
+    assert recs["xsum-111-Gold"]["labels"] == []
+
+
+def test_convert_cli_writes_both_splits(shared: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    assert convert.main(["--data", str(shared), "--out", str(out), "--sources", "halueval_qa", "faithbench",
+                         "--dev-fraction", "0.5"]) == 0
+    total = 0
+    for src in ("halueval_qa", "faithbench"):
+        parts = {s: list(read_jsonl(out / f"{src}.{s}.jsonl")) for s in ("train", "dev")}
+        total += sum(len(v) for v in parts.values())
+        assert not ({r["group"] for r in parts["train"]} & {r["group"] for r in parts["dev"]})
+    assert total == 8
+
+
+def test_convert_cli_reports_missing_data_folder(tmp_path: Path, capsys):
+    assert convert.main(["--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_synthetic_spans_are_exact(shared: Path):
+    rows = QA_ROWS * 20
+    recs = list(synthetic.build(rows, "train", seed=3, p_faithful=0.2, p_swap=0.4))
+    kinds = {r["perturbation"] for r in recs}
+    assert kinds == {"faithful", "swap", "addition"}
+    for rec, row in zip(recs, rows):
+        validate(rec)
+        assert row["knowledge"] in rec["context"]
+        if rec["perturbation"] == "faithful":
+            assert rec["labels"] == []
+            continue
+        (span,) = rec["labels"]
+        text = rec["answer"][span["start"]:span["end"]]
+        assert text.strip() == text and text
+        if rec["perturbation"] == "swap":
+            assert text.lower() not in row["knowledge"].lower()  # a real change, not a copy
+
+
+def test_synthetic_is_deterministic():
+    a = [r["answer"] for r in synthetic.build(QA_ROWS * 5, "train", seed=7)]
+    b = [r["answer"] for r in synthetic.build(QA_ROWS * 5, "train", seed=7)]
+    assert a == b
+
+
+def test_swap_changes_numbers_dates_and_months():
+    import random
+
+    knowledge = "The bridge opened in March 1932 and is 503 metres long."
+    out = synthetic.swap(knowledge, 0, knowledge, ["Sydney Harbour"], random.Random(1))
+    assert out is not None
+    new, (s, e) = out
+    assert new != knowledge and new[s:e] not in knowledge

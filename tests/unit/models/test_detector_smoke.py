@@ -1,0 +1,74 @@
+"""Bounded smoke version of `make models` for the detector: a tiny random BERT trains for a few
+steps on a generated sample (loss goes down), exports to int8 ONNX, and the serving Detector
+loads the directory and scores an answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from extproc.inference.manifest import load_manifest  # noqa: E402
+from extproc.inference.models import Detector, OnnxModel  # noqa: E402
+from extproc.inference.runtime import RuntimeOptions  # noqa: E402
+from models import common, train_detector  # noqa: E402
+from models.data.records import make_record, write_jsonl  # noqa: E402
+
+
+def _toy(n: int, split: str) -> list[dict]:
+    recs = []
+    for i in range(n):
+        ctx = f"The office of company {i} is in Delhi."
+        answer = "The office is in Delhi."
+        spans = []
+        if i % 2:
+            extra = "It employs 900 engineers in Paris."
+            spans = [(len(answer) + 1, len(answer) + 1 + len(extra))]
+            answer = f"{answer} {extra}"
+        recs.append(make_record(f"{split}-{i}", [ctx], "Where is the office?", answer, spans, "qa", "toy", str(i)))
+    return recs
+
+
+@pytest.mark.slow
+def test_train_export_load_predict(tmp_path: Path):
+    data = tmp_path / "data"
+    write_jsonl(data / "toy.train.jsonl", _toy(16, "train"))
+    write_jsonl(data / "toy.dev.jsonl", _toy(6, "dev"))
+    base = common.tiny_bert_dir(tmp_path / "tiny")
+    cfg = {
+        "seed": 1, "threads": 1, "max_length": 64, "train_max_length": 64, "context_overlap": 8,
+        "batch_size": 8, "lr": 3e-3, "warmup_ratio": 0.0, "epochs": 20, "max_steps": 30, "log_every": 5,
+        "freeze_embeddings": False, "freeze_layers": 0,
+        "train_mix": {"toy": "all"}, "dev_limit": {"toy": "all"}, "threshold_sources": ["toy"],
+    }
+    out = tmp_path / "detector"
+    metrics = train_detector.run(cfg, out, base, data_dir=data)
+
+    losses = [loss for _, loss in metrics["train"]["loss_log"]]
+    assert metrics["train"]["steps"] == 30 and len(losses) == 6
+    assert losses[-1] < losses[0] * 0.7
+
+    dev = metrics["dev"]["aggregations"]["max"]
+    assert 0.05 <= dev["threshold"] <= 0.95
+    assert dev["by_source"]["toy"]["n"] == 6
+    assert json.loads((out / "metrics.json").read_text())["threshold"] == metrics["threshold"]
+
+    manifest = load_manifest(out)
+    assert manifest.task == "token-classification"
+    assert manifest.labels == ("supported", "hallucinated")
+    assert manifest.provenance["recommended_token_threshold"] == metrics["threshold"]
+
+    det = Detector(OnnxModel(out, "detector", RuntimeOptions(provider="cpu")))
+    answer = "The office is in Delhi. It employs 900 engineers in Paris."
+    scores = det.predict(["The office of company 3 is in Delhi."], "Where is the office?", answer)
+    assert len(scores.probs) == len(scores.offsets) > 5
+    assert ((scores.probs >= 0) & (scores.probs <= 1)).all()
+    # the trained pattern survives export + int8: the added sentence scores above the grounded part
+    cut = answer.index("It employs")
+    head = [p for (s, _), p in zip(scores.offsets, scores.probs) if s < cut]
+    tail = [p for (s, _), p in zip(scores.offsets, scores.probs) if s >= cut]
+    assert sum(tail) / len(tail) > sum(head) / len(head)
