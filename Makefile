@@ -57,6 +57,7 @@ test: setup-dev
 # (CPU here; minutes to an hour depending on load). Each script takes --max-steps etc.
 models: setup-dev
 	$(PY) -m models.train_sentinel  --config models/sentinel/train.yaml  --out models/sentinel
+	$(PY) -m models.train_prefilter --config models/sentinel/train.yaml --model models/sentinel
 	$(PY) -m models.cards sentinel models/sentinel --latency
 	$(PY) -m models.train_explainer --config models/explainer/train.yaml --out models/explainer
 	$(PY) -m models.cards explainer models/explainer --latency

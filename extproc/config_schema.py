@@ -122,6 +122,7 @@ class ModelsConfig:
     provider: Provider = "auto"
     intra_op_threads: int = _bounded(0, 0)
     inter_op_threads: int = _bounded(1, 0)
+    sentinel_prefilter: bool = True
     sentinel: str | None = "models/sentinel"
     detector: str | None = "models/detector"
     explainer: str | None = "models/explainer"

@@ -105,7 +105,12 @@ class Phases:
             if not chat.grounded:
                 ctx.ungrounded_reason = UnverifiedReason.TOOLS_WITHOUT_RESULTS \
                     if chat.has_tools and not chat.has_tool_results else UnverifiedReason.NO_CONTEXT
-            if self.rt.engine.has("sentinel") and ctx.question:
+            quick = self.rt.engine.prefilter_prompt(self._sentinel_prompt(ctx)) \
+                if self.rt.engine.has("sentinel") and ctx.question else None
+            if quick is not None:  # the lexical prefilter is sure: no task, no model call
+                ctx.sentinel, ctx.sentinel_ms = quick, quick.latency_ms
+                self._settle(ctx)
+            elif self.rt.engine.has("sentinel") and ctx.question:
                 # The verdict needs the sentinel only when the answer arrives: classify while the
                 # request is with the LLM instead of holding the request for it.
                 ctx.sentinel_task = asyncio.ensure_future(self._sentinel(ctx))
@@ -138,12 +143,16 @@ class Phases:
             ctx.decision = self.rt.policy.select(facts)
         return ctx.decision
 
-    async def _sentinel(self, ctx: RequestContext) -> None:
-        """Classify the prompt; never raises (a failed classification means: check it)."""
-        engine = self.rt.engine
+    def _sentinel_prompt(self, ctx: RequestContext) -> str:
         prompt = ctx.question or ""
         if self.tl.sentinel_include_system_prompt and ctx.system_prompt:
             prompt = f"{ctx.system_prompt}\n\n{prompt}"
+        return prompt
+
+    async def _sentinel(self, ctx: RequestContext) -> None:
+        """Classify the prompt; never raises (a failed classification means: check it)."""
+        engine = self.rt.engine
+        prompt = self._sentinel_prompt(ctx)
         t0 = time.perf_counter()
         try:
             with stage("sentinel", mode=ctx.decision.mode):

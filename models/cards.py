@@ -119,6 +119,33 @@ def _common(m: dict[str, Any]) -> str:
     ])
 
 
+def _prefilter_section(pf: dict[str, Any]) -> list[str]:
+    c, dev = pf["config"], pf["dev"]
+    cv = pf.get("cross_validation")
+    band = dev["band"]
+    lines = [
+        "## Lexical prefilter (`prefilter.npz`)",
+        "",
+        "A logistic regression over hashed word unigrams/bigrams (`extproc/inference/prefilter.py`, trained by "
+        f"`models/train_prefilter.py` on the same training prompts in {pf['train_seconds']} s, "
+        f"{pf['nonzero_weights']} non-zero of {c['buckets']} fp16 weights) decides a prompt without the encoder when "
+        f"P(factual) <= {c['non_factual_below']} or >= {c['factual_above']}; the band is fixed in `train.yaml`, "
+        "not tuned on dev. Everything in between goes to the model above.",
+        "",
+        f"- Dev (held-out sources): decided without the model **{band['coverage']:.1%}** of prompts "
+        f"({band['non_factual_coverage']:.1%} non-factual, {band['factual_coverage']:.1%} factual), "
+        f"precision there {band['precision']}",
+        f"- Dev accuracy of the cascade **{dev['accuracy']}** vs the model alone {dev['model_only_accuracy']} "
+        f"(the prefilter alone at 0.5: {dev['prefilter_only_accuracy_at_0.5']})",
+    ]
+    if cv:
+        lines.append(f"- {cv['folds']}-fold cross-validation on the training prompts (in-distribution): coverage "
+                     f"{cv['coverage']:.1%}, precision {cv['precision']}")
+    lines += ["", _table([[s, r["n"], r["coverage"], r["accuracy"]] for s, r in dev["per_source"].items()],
+                         ["dev source", "n", "decided by the prefilter", "cascade accuracy"])]
+    return lines
+
+
 def sentinel_card(m: dict[str, Any]) -> str:
     dev = m["dev"]
     d05 = m.get("dev_at_0.5", {})
@@ -167,6 +194,8 @@ def sentinel_card(m: dict[str, Any]) -> str:
         "",
         _per_source(dev, SENTINEL_LICENSES),
     ]
+    if m.get("prefilter"):
+        parts += ["", *_prefilter_section(m["prefilter"])]
     if border:
         parts += ["", "Borderline sets (small, loosely labelled benchmark categories; not part of dev accuracy): "
                   f"accuracy {border['accuracy']} (n={border['n']})", "", _per_source(border, SENTINEL_LICENSES)]

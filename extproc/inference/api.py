@@ -28,6 +28,7 @@ class SentinelResult:
     needs_check: bool
     confidence: float  # probability that the prompt needs fact-checking
     latency_ms: float = 0.0
+    by: str = "model"  # "model" (the encoder) or "prefilter" (decided lexically, no forward pass)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,10 @@ class Engine(Protocol):
 
     def has(self, role: str) -> bool: ...
 
+    def prefilter_prompt(self, prompt: str) -> SentinelResult | None:
+        """A verdict without inference when a cheap check is sure of it (sync, microseconds); else None."""
+        ...
+
     async def classify_prompt(self, prompt: str) -> SentinelResult: ...
 
     async def detect(
@@ -84,6 +89,9 @@ class NullEngine:
 
     def has(self, role: str) -> bool:
         return False
+
+    def prefilter_prompt(self, prompt: str) -> SentinelResult | None:
+        return None
 
     async def classify_prompt(self, prompt: str) -> SentinelResult:
         raise ModelUnavailable("sentinel model not loaded")

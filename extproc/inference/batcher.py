@@ -4,9 +4,12 @@ Inference never runs on the event loop: `submit` enqueues a job and awaits
 an asyncio future that the worker resolves with `call_soon_threadsafe`.
 onnxruntime releases the GIL during `run`, so the loop stays responsive.
 
-- Coalescing: after the first job arrives the worker waits up to max_wait_ms
-  for more, until max_batch_tokens is reached, then runs them as one batch
-  (the model sorts rows by length and sub-batches by padded size).
+- Coalescing: jobs that queue while a batch runs go into the next batch
+  together, up to max_batch_tokens (the model sorts rows by length and
+  sub-batches by padded size). When the worker is free it lingers for more
+  only while jobs arrive faster than half a batch's run time, and never past
+  max_wait_ms after the first job: a lone request (concurrency 1) runs at
+  once instead of always paying the wait, a burst still coalesces.
 - Cancellation: a job whose future was cancelled (caller timed out or the
   stream went away) is dropped before the forward pass.
 - Admission: more than max_queue jobs queued or in flight -> `Overloaded`
@@ -40,6 +43,24 @@ class _Job:
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     enqueued: float = field(default_factory=time.perf_counter)
+
+
+def _ewma(average: float, sample: float, first: bool = False, alpha: float = 0.2) -> float:
+    if first or average == float("inf"):
+        return sample
+    return average + alpha * (sample - average)
+
+
+def linger_s(remaining_s: float, gap_s: float, run_s: float) -> float:
+    """How long a free worker should wait for another job before running what it has.
+
+    Waiting pays only when the next job is expected well within a batch's run time
+    (it then shares that run instead of queueing behind it); a lone request, or
+    traffic sparser than that, runs at once. Never longer than the max_wait left.
+    """
+    if remaining_s <= 0 or gap_s >= 0.5 * run_s:
+        return 0.0
+    return min(remaining_s, 2.0 * gap_s)
 
 
 def _resolve(fut: asyncio.Future, value: Any, error: BaseException | None) -> None:
@@ -76,6 +97,9 @@ class Batcher:
         self._closed = False
         self._dead: BaseException | None = None
         self._inflight: list[_Job] = []
+        self._last_arrival = 0.0
+        self._gap_s = float("inf")  # moving average of the time between job arrivals
+        self._run_s = 0.0  # moving average of a batch's run time
         self.batches = 0  # counters for tests and metrics
         self.dropped = 0
         self._thread = threading.Thread(target=self._worker, name=f"truthlens-{name}", daemon=True)
@@ -97,6 +121,9 @@ class Batcher:
             if self._pending >= self.max_queue:
                 raise Overloaded(f"{self.name}: {self._pending} requests pending (max_queue {self.max_queue})")
             self._pending += 1
+            if self._last_arrival:
+                self._gap_s = _ewma(self._gap_s, job.enqueued - self._last_arrival)
+            self._last_arrival = job.enqueued
             self._queue.append(job)
             self._queued_tokens += job.tokens
             self._cv.notify()
@@ -109,12 +136,15 @@ class Batcher:
                 self._cv.wait()
             if not self._queue:
                 return []
-            deadline = time.perf_counter() + self.max_wait_s
+            deadline = self._queue[0].enqueued + self.max_wait_s
             while self._queued_tokens < self.max_batch_tokens and not self._closed:
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
+                patience = linger_s(deadline - time.perf_counter(), self._gap_s, self._run_s)
+                if patience <= 0:
                     break
-                self._cv.wait(remaining)
+                queued = len(self._queue)
+                self._cv.wait(patience)
+                if len(self._queue) == queued:
+                    break  # nobody came within the expected gap: stop waiting
             jobs, tokens = [], 0
             while self._queue and (not jobs or tokens + self._queue[0].tokens <= self.max_batch_tokens):
                 job = self._queue.popleft()
@@ -152,6 +182,7 @@ class Batcher:
                     continue
                 items = [item for j in live for item in j.items]
                 self._inflight = live
+                started = time.perf_counter()
                 try:
                     results = self._run(items)
                     if len(results) != len(items):
@@ -161,6 +192,7 @@ class Batcher:
                     self._finish(live, None, exc if isinstance(exc, InferenceError) else InferenceError(f"{self.name}: {exc}"))
                 else:
                     self.batches += 1
+                    self._run_s = _ewma(self._run_s, time.perf_counter() - started, first=self.batches == 1)
                     self._finish(live, results, None)
                 self._inflight = []
         except BaseException as exc:  # the loop itself broke: never leave a future unresolved

@@ -1,8 +1,8 @@
 """The ONNX engine behind `extproc.inference.api.Engine`.
 
-Per request: tokenization/windowing on a small thread pool, forward passes
-on each model's batcher thread, span merging and scoring (cheap numpy) on the
-loop. Models that are not configured or fail to load are logged and reported
+Per request: tokenization/windowing on a small thread pool (short sentinel
+prompts and the sentinel's lexical prefilter run inline), forward passes on each
+model's batcher thread, span merging and scoring (cheap numpy) on the loop. Models that are not configured or fail to load are logged and reported
 by `has()`; the gateway then marks responses unchecked rather than clean.
 """
 
@@ -20,6 +20,7 @@ from extproc.inference.api import DetectionResult, ModelInfo, ModelUnavailable, 
 from extproc.inference.batcher import Batcher
 from extproc.inference.manifest import ManifestError
 from extproc.inference.models import Detector, Explainer, NliResult, OnnxModel, Sentinel, TokenScores
+from extproc.inference.prefilter import PREFILTER_FILE, LexicalPrefilter
 from extproc.inference.runtime import PROVIDERS, RuntimeOptions
 from extproc.inference.spans import (
     SCORE_METHODS,
@@ -33,6 +34,13 @@ from extproc.inference.spans import (
 )
 
 log = logging.getLogger(__name__)
+
+# Prompts up to this many characters are tokenized on the event loop (tens of microseconds,
+# less than the hop to the prep pool); longer ones go to the pool like detector inputs.
+INLINE_PREP_CHARS = 2048
+# Sentinel rows are at most its max_length (64 for the bundled one): intra-op parallelism
+# costs more thread hand-offs than it saves there, so "0 = default" means one thread for it.
+SENTINEL_DEFAULT_THREADS = 1
 
 SEVERITY = {"contradiction": 4, "neutral": 2, "entailment": 1}
 
@@ -60,6 +68,7 @@ class EngineSettings:
     max_wait_ms: float = 2.0
     max_queue: int = 256
     sentinel_include_system_prompt: bool = False
+    sentinel_prefilter: bool = True  # use the sentinel directory's prefilter.npz when it has one
     prep_threads: int = 2  # tokenization / windowing pool
     strict: bool = False  # True: a present-but-invalid model directory raises instead of being left out
 
@@ -83,6 +92,7 @@ class EngineSettings:
             explainer_enabled=e.enabled, drop_entailed=e.drop_entailed,
             max_batch_tokens=b.max_batch_tokens, max_wait_ms=b.max_wait_ms, max_queue=b.max_queue,
             sentinel_include_system_prompt=tl.sentinel_include_system_prompt,
+            sentinel_prefilter=m.sentinel_prefilter,
         )
 
     @property
@@ -101,6 +111,7 @@ class OnnxEngine:
         self.settings = settings
         self._models = models
         self.sentinel = Sentinel(models["sentinel"]) if "sentinel" in models else None
+        self.prefilter: LexicalPrefilter | None = None  # set by build_engine when the sentinel ships one
         self.detector = Detector(models["detector"]) if "detector" in models else None
         self.explainer = Explainer(models["explainer"]) if "explainer" in models else None
         self._batchers = {
@@ -120,11 +131,29 @@ class OnnxEngine:
     async def _prepare(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._prep, fn, *args)
 
+    def prefilter_prompt(self, prompt: str) -> SentinelResult | None:
+        """The lexical prefilter's verdict when it is confident, else None (ask the model).
+
+        Synchronous on purpose: about 10 microseconds on at most 1 KB of text, so the
+        gateway can settle the obvious prompts without a task, a timer or a thread hop.
+        """
+        if self.prefilter is None:
+            return None
+        t0 = time.perf_counter()
+        decided, p = self.prefilter.decide(prompt)
+        return None if decided is None else SentinelResult(decided, p, _ms(t0), by="prefilter")
+
     async def classify_prompt(self, prompt: str) -> SentinelResult:
         if self.sentinel is None:
             raise ModelUnavailable("sentinel model not loaded")
         t0 = time.perf_counter()
-        rows = await self._prepare(self.sentinel.prepare, [prompt])
+        quick = self.prefilter_prompt(prompt)
+        if quick is not None:
+            return quick
+        if len(prompt) <= INLINE_PREP_CHARS:  # tokenizing a short prompt costs less than a thread hop
+            rows = self.sentinel.prepare([prompt])
+        else:
+            rows = await self._prepare(self.sentinel.prepare, [prompt])
         p = self.sentinel.finish(await self._batchers["sentinel"].submit(rows))[0]
         return SentinelResult(p >= self.settings.sentinel_threshold, p, _ms(t0))
 
@@ -205,8 +234,11 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
         if not Path(directory).exists():
             log.warning("%s: model directory %s does not exist; %s disabled", role, directory, role)
             continue
+        role_options = options
+        if role == "sentinel" and settings.intra_op_threads == 0:
+            role_options = RuntimeOptions(settings.provider, SENTINEL_DEFAULT_THREADS, settings.inter_op_threads)
         try:
-            models[role] = OnnxModel(directory, role, options, settings.max_batch_tokens)
+            models[role] = OnnxModel(directory, role, role_options, settings.max_batch_tokens)
         except ManifestError as exc:
             message = f"truthlens.models.{role}: {exc}"
             if settings.strict:
@@ -216,5 +248,25 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
             continue
         log.info("%s: loaded %s from %s on %s", role, models[role].name, directory, models[role].provider)
     engine = OnnxEngine(settings, models)
+    if "sentinel" in models and settings.sentinel_prefilter:
+        engine.prefilter = _load_prefilter(models["sentinel"].path, settings.strict, errors)
     engine.load_errors = errors
     return engine
+
+
+def _load_prefilter(directory: Path, strict: bool, errors: dict[str, str]) -> LexicalPrefilter | None:
+    """The sentinel's optional lexical prefilter; a broken file costs only the fast path."""
+    if not (directory / PREFILTER_FILE).is_file():
+        return None
+    try:
+        pre = LexicalPrefilter.load(directory)
+    except ManifestError as exc:
+        message = f"truthlens.models.sentinel: {exc}"
+        if strict:
+            raise ManifestError(message) from exc
+        log.error("%s; sentinel runs without its prefilter", message)
+        errors["sentinel_prefilter"] = message
+        return None
+    log.info("sentinel: lexical prefilter loaded (decides below %s / above %s)",
+             pre.band.non_factual_below, pre.band.factual_above)
+    return pre

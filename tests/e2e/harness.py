@@ -174,6 +174,13 @@ class ScriptedTestEngine:
     def has(self, role: str) -> bool:
         return role in self.roles
 
+    def prefilter_prompt(self, prompt: str) -> SentinelResult | None:
+        """Sure about prompts that say PREFILTER_SKIP (non-factual, no model call); else defers."""
+        if "PREFILTER_SKIP" in prompt:
+            self.calls.append(("prefilter", prompt))
+            return SentinelResult(needs_check=False, confidence=0.001, by="prefilter")
+        return None
+
     async def classify_prompt(self, prompt: str) -> SentinelResult:
         self.calls.append(("sentinel", prompt))
         if self.sentinel_gate is not None:

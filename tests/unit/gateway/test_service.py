@@ -279,3 +279,23 @@ async def test_stream_aborted_before_response_cancels_the_sentinel() -> None:
     assert seen[0].cancelled()
     assert sentinel_tasks() == []
     assert svc.active_streams == 0
+
+
+async def test_a_confident_prefilter_settles_the_prompt_without_the_model() -> None:
+    engine = ScriptedTestEngine()
+    svc = service(engine)
+    prompt = {"model": "m", "messages": [{"role": "user", "content": "PREFILTER_SKIP a limerick please"}]}
+    replies = await drive(svc, [req_headers(), req_body(prompt), resp_headers()])
+    h = set_headers(replies[2].response_headers.response)
+    assert (h["x-truthlens-status"], h["x-truthlens-reason"]) == ("skipped", "non_factual")
+    assert replies[2].mode_override.response_body_mode == Mode.NONE  # the body never comes to the sidecar
+    assert engine.calls == [("prefilter", "PREFILTER_SKIP a limerick please")]  # no model call, no task
+
+
+async def test_an_unsure_prefilter_leaves_the_prompt_to_the_model() -> None:
+    engine = ScriptedTestEngine()
+    svc = service(engine)
+    prompt = {"model": "m", "messages": [{"role": "user", "content": "Write a poem about the sea"}]}
+    replies = await drive(svc, [req_headers(), req_body(prompt), resp_headers()])
+    assert set_headers(replies[2].response_headers.response)["x-truthlens-status"] == "skipped"
+    assert engine.calls == [("sentinel", "Write a poem about the sea")]

@@ -155,3 +155,25 @@ async def test_close_fails_nothing_silently_and_refuses_new_work():
     b.close()
     with pytest.raises(InferenceError):
         await b.submit(["2"])
+
+
+def test_linger_policy_waits_only_for_traffic_denser_than_a_batch():
+    from extproc.inference.batcher import linger_s
+
+    assert linger_s(0.002, float("inf"), 0.004) == 0.0  # no arrival history: run at once
+    assert linger_s(0.002, 0.003, 0.004) == 0.0  # sparser than half a run (concurrency 1): run at once
+    assert linger_s(0.002, 0.0001, 0.004) == pytest.approx(0.0002)  # a burst: wait about one gap more
+    assert linger_s(0.002, 0.0015, 0.010) == pytest.approx(0.002)  # never past max_wait
+    assert linger_s(0.0, 0.0001, 0.004) == 0.0
+
+
+async def test_a_lone_request_does_not_wait_out_max_wait():
+    """max_wait is a bound, not a fee: with a 60 s max_wait a single request still returns at once."""
+    rec = Recorder()
+    b = Batcher(rec, "t", max_wait_ms=60_000)
+    try:
+        for i in range(3):  # sequential callers, as at concurrency 1
+            assert await asyncio.wait_for(b.submit([f"q{i}"]), timeout=10) == [f"out:q{i}"]
+        assert rec.batches == [["q0"], ["q1"], ["q2"]]
+    finally:
+        b.close()

@@ -1,0 +1,144 @@
+"""The sentinel's lexical prefilter: features, persistence, validation, and the engine's fast path."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from extproc.inference.engine import EngineSettings, build_engine
+from extproc.inference.manifest import ManifestError
+from extproc.inference.prefilter import PREFILTER_FILE, LexicalPrefilter, PrefilterBand, features
+
+BUCKETS = 1 << 12
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_features_are_unique_in_range_and_ignore_case():
+    f = features("Write a poem, write a POEM!", BUCKETS)
+    assert len(f) == len(set(f.tolist())) and f.min() >= 0 and f.max() < BUCKETS
+    assert sorted(features("WRITE A POEM", BUCKETS).tolist()) == sorted(features("write a poem", BUCKETS).tolist())
+    assert sorted(features("write a poem", BUCKETS).tolist()) != sorted(features("write a song", BUCKETS).tolist())
+    assert features("", BUCKETS).tolist() == [0]
+
+
+def test_features_do_not_depend_on_the_process_hash_seed():
+    """Training and serving run in different processes: Python's salted hash() would break this."""
+    code = ("import sys; from extproc.inference.prefilter import features; "
+            "print(sorted(features('Who wrote Hamlet? Write a poem.', 4096).tolist()))")
+    outs = {subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(outs) == 1 and outs.pop().startswith("[")
+
+
+def _prefilter(lo: float = 0.01, hi: float = 0.99) -> LexicalPrefilter:
+    """Hand-set weights: 'poem' strongly non-factual, 'who' strongly factual."""
+    w = np.zeros(BUCKETS, dtype=np.float32)
+    w[features("poem", BUCKETS)] -= 3.0
+    w[features("who", BUCKETS)] += 3.0  # the shared length-bucket feature nets out to 0
+    return LexicalPrefilter(w, 0.0, PrefilterBand(lo, hi), {"note": "test"})
+
+
+def test_decide_answers_only_outside_the_band():
+    pre = _prefilter()
+    assert pre.decide("poem")[0] is False
+    assert pre.decide("who")[0] is True
+    decided, p = pre.decide("something neutral entirely")
+    assert decided is None and 0.01 < p < 0.99
+
+
+def test_save_load_roundtrip(tmp_path: Path):
+    pre = _prefilter(0.02, 0.97)
+    pre.save(tmp_path)
+    back = LexicalPrefilter.load(tmp_path)
+    assert back.band == PrefilterBand(0.02, 0.97) and back.buckets == BUCKETS
+    for text in ("poem", "who", "something neutral"):
+        assert back.probability(text) == pytest.approx(pre.probability(text), abs=2e-3)  # fp16 weights
+    assert back.meta["note"] == "test"
+
+
+@pytest.mark.parametrize("band", [(0.6, 0.9), (0.1, 0.4), (-0.1, 0.9), (0.1, 1.5)])
+def test_band_must_straddle_one_half(band):
+    with pytest.raises(ValueError, match="prefilter band"):
+        PrefilterBand(*band)
+
+
+def _rewrite(path: Path, **changes) -> None:
+    with np.load(path / PREFILTER_FILE) as data:
+        arrays = {k: data[k] for k in data.files}
+    arrays.update(changes)
+    with (path / PREFILTER_FILE).open("wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def test_load_errors_say_what_is_wrong(tmp_path: Path):
+    (tmp_path / PREFILTER_FILE).write_bytes(b"not an npz")
+    with pytest.raises(ManifestError, match="not a TruthLens prefilter file"):
+        LexicalPrefilter.load(tmp_path)
+    _prefilter().save(tmp_path)
+    _rewrite(tmp_path, meta=np.array('{"features": "old-v0", "buckets": 4096}'))
+    with pytest.raises(ManifestError, match="features 'old-v0'.*retrain"):
+        LexicalPrefilter.load(tmp_path)
+    _prefilter().save(tmp_path)
+    _rewrite(tmp_path, indices=np.array([BUCKETS + 5], dtype=np.int32), values=np.array([1.0], dtype=np.float16))
+    with pytest.raises(ManifestError, match="do not fit"):
+        LexicalPrefilter.load(tmp_path)
+
+
+@pytest.fixture
+def sentinel_with_prefilter(tiny_models, tmp_path: Path) -> Path:
+    d = tmp_path / "sentinel"
+    shutil.copytree(tiny_models["bert-seq"], d)
+    _prefilter().save(d)
+    return d
+
+
+async def test_engine_decides_confident_prompts_without_the_model(sentinel_with_prefilter):
+    engine = build_engine(EngineSettings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu"))
+    try:
+        r = engine.prefilter_prompt("poem")
+        assert r is not None and r.by == "prefilter" and not r.needs_check
+        assert (await engine.classify_prompt("who")).by == "prefilter"
+        assert engine._batchers["sentinel"].batches == 0  # no forward pass so far
+        unsure = await engine.classify_prompt("something neutral entirely")
+        assert unsure.by == "model" and engine._batchers["sentinel"].batches == 1
+        assert engine.prefilter_prompt("something neutral entirely") is None
+    finally:
+        await engine.close()
+
+
+async def test_prefilter_can_be_switched_off(sentinel_with_prefilter):
+    engine = build_engine(EngineSettings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu",
+                                         sentinel_prefilter=False))
+    try:
+        assert engine.prefilter is None and engine.prefilter_prompt("poem") is None
+        assert (await engine.classify_prompt("poem")).by == "model"
+    finally:
+        await engine.close()
+
+
+async def test_broken_prefilter_costs_only_the_fast_path(sentinel_with_prefilter, caplog):
+    (sentinel_with_prefilter / PREFILTER_FILE).write_bytes(b"garbage")
+    engine = build_engine(EngineSettings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu"))
+    try:
+        assert engine.has("sentinel") and engine.prefilter is None
+        assert "truthlens.models.sentinel" in engine.load_errors["sentinel_prefilter"]
+        assert (await engine.classify_prompt("poem")).by == "model"
+    finally:
+        await engine.close()
+    with pytest.raises(ManifestError, match="truthlens.models.sentinel: .*prefilter"):
+        build_engine(EngineSettings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu", strict=True))
+
+
+def test_bundled_prefilter_loads_and_knows_the_obvious_cases():
+    pre = LexicalPrefilter.load(REPO / "models" / "sentinel")
+    assert pre.band.non_factual_below <= 0.01 and pre.band.factual_above >= 0.99
+    assert pre.decide("Write a short poem about the sea.")[0] is False
+    assert pre.decide("Write a Python function that reverses a linked list.")[0] is False
+    p_factual = pre.probability("When was the Eiffel Tower built?")
+    assert p_factual > 0.5  # a factoid question leans factual even when it is left to the model
