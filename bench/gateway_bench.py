@@ -49,6 +49,7 @@ class Sample:
         self.concurrency = concurrency
         self.latencies: list[float] = []
         self.elapsed = 0.0
+        self.cpu_s = 0.0  # the setup's sidecar process CPU time (user + system) while measured
         self.statuses: dict[str, int] = {}
 
     def summary(self) -> dict[str, Any]:
@@ -60,6 +61,7 @@ class Sample:
             "p99_ms": percentile(lat, 0.99),
             "mean_ms": statistics.fmean(lat),
             "rps": len(lat) / self.elapsed,
+            "sidecar_cpu_ms_per_request": self.cpu_s * 1000 / len(lat) if lat else 0.0,
             "verdict_statuses": self.statuses,
         }
 
@@ -71,7 +73,7 @@ class Connection:
     def __init__(self, url: str) -> None:
         u = urlsplit(url)
         self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
-        body = json.dumps(PROMPT).encode()
+        body = json.dumps(PROMPT).encode()  # PROMPT may be replaced by --prompt before any connection
         self.request = (f"POST {u.path} HTTP/1.1\r\nhost: {u.netloc}\r\ncontent-type: application/json\r\n"
                         f"content-length: {len(body)}\r\n\r\n").encode() + body
         self.reader: asyncio.StreamReader | None = None
@@ -124,7 +126,16 @@ async def burst(conns: list[Connection], sample: Sample, requests: int) -> None:
     sample.elapsed += time.perf_counter() - t0
 
 
-async def measure(urls: dict[str, str], concurrency: int, requests: int, rounds: int, warmup: int) -> dict[str, Any]:
+def process_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process (Linux /proc); 0 when there is none (bare Envoy)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(urls: dict[str, str], concurrency: int, requests: int, rounds: int, warmup: int,
+                  pids: dict[str, int | None] | None = None) -> dict[str, Any]:
     """Interleave the setups in `rounds` so load drift on a shared machine hits all of them alike."""
     samples = {label: Sample(concurrency) for label in urls}
     conns = {label: [Connection(url) for _ in range(concurrency)] for label, url in urls.items()}
@@ -134,7 +145,10 @@ async def measure(urls: dict[str, str], concurrency: int, requests: int, rounds:
         per_round = max(1, requests // rounds)
         for _ in range(rounds):
             for label in urls:
+                pid = (pids or {}).get(label)
+                cpu0 = process_cpu_s(pid)
                 await burst(conns[label], samples[label], per_round)
+                samples[label].cpu_s += process_cpu_s(pid) - cpu0
     finally:
         for cs in conns.values():
             for c in cs:
@@ -161,8 +175,9 @@ def start_sidecar(kind: str, config: str | None) -> tuple[subprocess.Popen[bytes
     if kind == "noop":
         cmd = [sys.executable, str(REPO / "bench" / "noop_processor.py"), "--address", address]
     else:
-        cmd = [sys.executable, "-m", "extproc.commands.serve", "--grpc-address", address, "--no-metrics",
-               "--log-level", "warning"]
+        # As deployed: Prometheus metrics on (every verdict is recorded), logs at warning.
+        cmd = [sys.executable, "-m", "extproc.commands.serve", "--grpc-address", address,
+               "--metrics-address", f"127.0.0.1:{free_port()}", "--log-level", "warning"]
         if config:
             cmd += ["--config", config]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL)
@@ -198,24 +213,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     upstream_url = f"http://127.0.0.1:{upstream_port}"
     command = " ".join(["python", *sys.argv]).replace(str(REPO) + "/", "")
     results: dict[str, Any] = {"machine": machine(), "command": command, "setups": {},
-                               "upstream_delay_ms": args.upstream_delay_ms}
+                               "upstream_delay_ms": args.upstream_delay_ms, "prompt": PROMPT["messages"][0]["content"]}
     try:
         if not wait_port(upstream_port, 30):
             raise RuntimeError("demo upstream did not start")
         urls = {"direct upstream": upstream_url + "/v1/chat/completions"}
+        pids: dict[str, int | None] = {}
         for kind, label in SETUPS:
             proc, address = start_sidecar(kind, args.config)
             if proc is not None:
                 procs.append(proc)
+            pids[label] = proc.pid if proc is not None else None
             envoy = EnvoyProcess(address or "127.0.0.1:1", upstream_url, with_ext_proc=kind != "bare",
                                  concurrency=args.envoy_concurrency).start()
             envoys.append(envoy)
             urls[label] = envoy.base_url + "/v1/chat/completions"
         for c in args.concurrency:
-            for label, r in asyncio.run(measure(urls, c, args.requests, args.rounds, args.warmup)).items():
+            for label, r in asyncio.run(measure(urls, c, args.requests, args.rounds, args.warmup, pids)).items():
                 results["setups"].setdefault(label, []).append(r)
                 print(f"{label:40s} c={c:<3d} p50={r['p50_ms']:.2f}ms p99={r['p99_ms']:.2f}ms "
-                      f"{r['rps']:.0f} req/s {r['verdict_statuses']}", flush=True)
+                      f"{r['rps']:.0f} req/s sidecar {r['sidecar_cpu_ms_per_request']:.3f} cpu-ms/req "
+                      f"{r['verdict_statuses']}", flush=True)
     finally:
         for envoy in envoys:
             envoy.stop()
@@ -240,13 +258,15 @@ def report(results: dict[str, Any]) -> str:
         "All setups run side by side and are measured in interleaved rounds, so load from other tenants",
         "of this shared machine hits each setup alike.",
         "",
-        "Prompt: a non-factual chat request (`Write a short poem about the sea.`), JSON response;",
+        f"Prompt: a non-factual chat request (`{results.get('prompt', PROMPT['messages'][0]['content'])}`), JSON response;",
         f"the upstream answers after {results['upstream_delay_ms']:g} ms (a stand-in for LLM generation time).",
         "Added = latency minus bare Envoy's at the same concurrency (what the ext_proc filter costs).",
         "Direct upstream (no Envoy) is shown for reference only.",
         "",
-        "| setup | concurrency | p50 ms | p99 ms | added p50 ms | added p99 ms | req/s | x-truthlens-status |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "Sidecar CPU = the ext_proc process's user + system CPU time per request while measured.",
+        "",
+        "| setup | concurrency | p50 ms | p99 ms | added p50 ms | added p99 ms | req/s | sidecar CPU ms/req | x-truthlens-status |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for label, rows in setups.items():
         for r in rows:
@@ -254,6 +274,7 @@ def report(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {label} | {r['concurrency']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
                 f"{r['p50_ms'] - d['p50_ms']:.2f} | {r['p99_ms'] - d['p99_ms']:.2f} | {r['rps']:.0f} | "
+                f"{r.get('sidecar_cpu_ms_per_request', 0.0):.3f} | "
                 f"{', '.join(f'{k}: {v}' for k, v in r['verdict_statuses'].items())} |"
             )
     lines += ["", "## Target: TruthLens vs the do-nothing processor", "",
@@ -262,7 +283,31 @@ def report(results: dict[str, Any]) -> str:
     for c in sorted(tl):
         lines.append(f"| {c} | {tl[c]['p50_ms'] / noop[c]['p50_ms']:.2f} | {tl[c]['p99_ms'] / noop[c]['p99_ms']:.2f} "
                      f"| {tl[c]['rps'] / noop[c]['rps']:.2f} |")
+    if results.get("notes"):
+        lines += ["", "## Notes", "", *[f"* {n}" for n in results["notes"]]]
     return "\n".join(lines) + "\n"
+
+
+def auto_notes(args: argparse.Namespace) -> list[str]:
+    """What this run's TruthLens did with the prompt, so the report explains its own numbers."""
+    notes = ["TruthLens runs as deployed: `truthlens serve` with Prometheus metrics on, logs at warning, "
+             "onnxruntime spinning off."]
+    if args.no_models:
+        return [*notes, "No models configured: the prompt ends `unverified` (no sentinel), so this is the "
+                        "gateway's own cost (parsing, policy, verdict headers, metrics)."]
+    if args.config:
+        return [*notes, f"Config: `{args.config}`."]
+    from extproc.inference.prefilter import LexicalPrefilter
+
+    decided, p = LexicalPrefilter.load(REPO / "models" / "sentinel").decide(args.prompt)
+    if decided is None:
+        notes.append(f"Bundled models. The sentinel's lexical prefilter is unsure of this prompt (P(factual) "
+                     f"{p:.4f}), so the MiniLM sentinel encoder runs on every request, while the request is upstream.")
+    else:
+        notes.append(f"Bundled models. The sentinel's lexical prefilter decides this prompt (P(factual) {p:.4f}) "
+                     "without the encoder, inline in about 10 microseconds.")
+    notes.append("Verdict `skipped` (non-factual): the response body never goes to the sidecar.")
+    return notes
 
 
 def main() -> int:
@@ -277,8 +322,12 @@ def main() -> int:
     p.add_argument("--upstream-delay-ms", type=float, default=0.0,
                    help="upstream answer delay (LLM generation stand-in); 0 = pure gateway overhead")
     p.add_argument("--envoy-concurrency", type=int, default=1, help="Envoy worker threads")
+    p.add_argument("--prompt", default=PROMPT["messages"][0]["content"],
+                   help="the user message every request sends (default: a poem request)")
+    p.add_argument("--note", action="append", default=[], help="a line for the report's Notes section")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "gateway.md"))
     args = p.parse_args()
+    PROMPT["messages"][0]["content"] = args.prompt
     if args.no_models:
         tmp = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
         tmp.write("truthlens:\n  models: {sentinel: null, detector: null, explainer: null}\n")
@@ -287,6 +336,7 @@ def main() -> int:
     results = run(args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    results["notes"] = [*auto_notes(args), *args.note]
     out.write_text(report(results))
     out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out}")
