@@ -105,12 +105,12 @@ class Phases:
             if not chat.grounded:
                 ctx.ungrounded_reason = UnverifiedReason.TOOLS_WITHOUT_RESULTS \
                     if chat.has_tools and not chat.has_tool_results else UnverifiedReason.NO_CONTEXT
-            quick = self.rt.engine.prefilter_prompt(self._sentinel_prompt(ctx)) \
-                if self.rt.engine.has("sentinel") and ctx.question else None
+            wants_sentinel = bool(ctx.question) and self.rt.engine.has("sentinel")
+            quick = self.rt.engine.prefilter_prompt(self._sentinel_prompt(ctx)) if wants_sentinel else None
             if quick is not None:  # the lexical prefilter is sure: no task, no model call
                 ctx.sentinel, ctx.sentinel_ms = quick, quick.latency_ms
                 self._settle(ctx)
-            elif self.rt.engine.has("sentinel") and ctx.question:
+            elif wants_sentinel:
                 # The verdict needs the sentinel only when the answer arrives: classify while the
                 # request is with the LLM instead of holding the request for it.
                 ctx.sentinel_task = asyncio.ensure_future(self._sentinel(ctx))

@@ -385,6 +385,7 @@ def machine_info() -> dict[str, Any]:
         "gpu": gpu,
         "torch_threads": torch.get_num_threads(),
         "logical_cpus": os.cpu_count(),
+        "load_average_1m": round(os.getloadavg()[0], 2),  # > logical_cpus: other jobs shared the CPU
         "torch": torch.__version__,
         "python": platform.python_version(),
     }

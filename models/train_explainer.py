@@ -180,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         common.write_json(out / "metrics.json", metrics)
     if not args.eval_only:
         metrics["export"] = export(cfg, out, metrics)
+    if cfg.get("notes"):  # the config's own account of what changed, rendered into the card
+        metrics["notes"] = list(cfg["notes"])
     metrics["model_bytes"] = common.dir_size_bytes(out) - common.dir_size_bytes(out / "work")
     if splits["test"]:
         evaluate_served(out, cfg, splits["test"], metrics)

@@ -1,8 +1,9 @@
 """The ONNX engine behind `extproc.inference.api.Engine`.
 
 Per request: tokenization/windowing on a small thread pool (short sentinel
-prompts and the sentinel's lexical prefilter run inline), forward passes on each
-model's batcher thread, span merging and scoring (cheap numpy) on the loop. Models that are not configured or fail to load are logged and reported
+prompts and the sentinel's lexical prefilter run inline), forward passes on
+each model's batcher thread, span merging and scoring (cheap numpy) on the
+loop. Models that are not configured or fail to load are logged and reported
 by `has()`; the gateway then marks responses unchecked rather than clean.
 """
 

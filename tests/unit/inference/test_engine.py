@@ -222,3 +222,11 @@ async def test_timed_out_request_is_dropped_before_the_forward_pass(engine_facto
     await first
     await _until(lambda: batcher.pending == 0, "queue drained")
     assert batcher.dropped == 1 and batcher.batches == 1
+
+
+@pytest.mark.parametrize("configured, sentinel_threads, detector_threads", [(0, 1, 0), (3, 3, 3)])
+async def test_sentinel_runs_single_threaded_unless_threads_are_configured(
+        engine_factory, configured, sentinel_threads, detector_threads):
+    engine = engine_factory(intra_op_threads=configured)
+    threads = {role: m.session.get_session_options().intra_op_num_threads for role, m in engine._models.items()}
+    assert threads["sentinel"] == sentinel_threads and threads["detector"] == detector_threads
