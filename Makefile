@@ -64,7 +64,6 @@ models: setup-dev
 	$(PY) -m models.data.convert --out data-cache/hallucination
 	$(PY) -m models.data.synthetic --out data-cache/hallucination
 	$(PY) -m models.train_detector --config models/detector/train.yaml --out models/detector
-	$(PY) -m models.train_detector --config models/detector/train_stage2.yaml --out models/detector
 	$(PY) -m models.detector_card models/detector --latency
 
 # Benchmarks write markdown + JSON under bench/results/ with the command and machine.

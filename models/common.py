@@ -89,19 +89,24 @@ def load_tokenizer(model_dir: str | Path, max_length: int) -> Tokenizer:
 
 
 def load_classifier(
-    model_dir: str | Path, labels: Sequence[str], task: str = "sequence"
+    model_dir: str | Path, labels: Sequence[str], task: str = "sequence", num_layers: int | None = None
 ) -> torch.nn.Module:
-    """A fresh classification head on the base encoder (task: sequence | token)."""
+    """A fresh classification head on the base encoder (task: sequence | token).
+
+    `num_layers` keeps only the encoder's lowest N layers: a shallower, faster model.
+    """
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
     cls = AutoModelForTokenClassification if task == "token" else AutoModelForSequenceClassification
     id2label = {i: name for i, name in enumerate(labels)}
+    extra = {"num_hidden_layers": int(num_layers)} if num_layers else {}
     return cls.from_pretrained(
         str(model_dir),
         num_labels=len(labels),
         id2label=id2label,
         label2id={v: k for k, v in id2label.items()},
         local_files_only=True,
+        **extra,
     )
 
 

@@ -201,7 +201,8 @@ def run(cfg: dict[str, Any], out_dir: Path, base_dir: Path, data_dir: Path = DAT
     train_ex = build_train(cfg, feat, data_dir, rng)
     dev = dev_sets(cfg, data_dir)
     # init_from: continue from an earlier stage's checkpoint (a second pass over fresh records)
-    model = common.load_classifier(cfg.get("init_from") or base_dir, LABELS, task="token")
+    model = common.load_classifier(cfg.get("init_from") or base_dir, LABELS, task="token",
+                                   num_layers=None if cfg.get("init_from") else cfg.get("num_layers"))
     freeze(model, cfg.get("freeze_embeddings", False), cfg.get("freeze_layers", 0))
     res = train_with_budget(model, train_ex, cfg)
     metrics: dict[str, Any] = {
