@@ -19,16 +19,16 @@ def _header(r: dict[str, Any]) -> list[str]:
         "",
         f"- Command: `{r['command']}`",
         f"- Date: {r['date_utc']}, commit {m['git_commit']}, wall {r['wall_s']} s",
-        f"- Machine: {m['cpu']}, {m['cores']} cores, SIMD {'/'.join(m.get('simd') or ['?'])}, shared with other "
-        "jobs (load average "
-        f"{m['loadavg_start'][0]:.1f} at start, {m['loadavg_end'][0]:.1f} at end); onnxruntime {m['onnxruntime']} "
+        f"- Machine: {m['cpu']}, {m['cores']} cores, SIMD {'/'.join(m.get('simd') or ['?'])} (load average "
+        f"{m['loadavg_start'][0]:.1f} at start, {m['loadavg_end'][0]:.1f} at end: above the core count means "
+        f"other jobs shared the CPU); onnxruntime {m['onnxruntime']} "
         f"CPUExecutionProvider, intra-op threads {r['threads']}",
         "- Models: " + "; ".join(f"{role} `{i['path']}` ({i['name']}, max_length {i['max_length']}, "
                                  f"{i['onnx_mb']} MB)" for role, i in r["models"].items()),
         "- GPU: none on this machine; no GPU numbers were taken (rerun the same command on a GPU host with "
         "onnxruntime-gpu and `provider: cuda` settings to fill that in).",
-        "- `cpu ms` = process CPU time per call (all threads). On this shared machine wall time mostly measures "
-        "the other jobs; CPU time is the steadier number. With 2 idle cores, wall is roughly cpu / 2.",
+        "- `cpu ms` = process CPU time per call (all threads). On a shared machine wall time also measures "
+        "the other jobs and CPU time is the steadier number; with 2 idle cores, wall is roughly cpu / 2.",
         "",
     ]
 

@@ -131,7 +131,7 @@ class ModelsConfig:
 @dataclass(frozen=True, slots=True)
 class ThresholdsConfig:
     sentinel: float = _unit(0.09)
-    token: float = _unit(0.75)
+    token: float = _unit(0.65)
     response: float = _unit(0.5)
     nli_entailment: float = _unit(0.9)
     min_span_tokens: int = _bounded(1, 1)

@@ -116,7 +116,9 @@ def render(m: dict[str, Any]) -> str:
         + f", token class weights {cfg.get('class_weights')}; "
         + ("configs `models/detector/train.yaml` (stage 1) and `train_stage2.yaml` (stage 2, these values)"
            if m.get("stage1") else "config `models/detector/train.yaml`"),
-        f"- Exported: int8 dynamic-quantized ONNX, {m.get('size_bytes', 0) / 1e6:.1f} MB (+ tokenizer.json 0.5 MB); "
+        f"- Exported: int8 dynamic-quantized ONNX"
+        + (" with fused attention / layer-norm ops (`export: optimize`)" if "optimized_max_abs_diff" in m.get("export", {}) else "")
+        + f", {m.get('size_bytes', 0) / 1e6:.1f} MB (+ tokenizer.json 0.5 MB); "
         f"ONNX-vs-torch max |logit diff| fp32 {_f(m.get('export', {}).get('fp32_max_abs_diff'))}, "
         f"int8 {_f(m.get('export', {}).get('final_max_abs_diff'))}",
     ]

@@ -222,6 +222,7 @@ def run(cfg: dict[str, Any], out_dir: Path, base_dir: Path, data_dir: Path = DAT
 
         with common.timed() as t_exp:
             rep = export_model(str(work / "hf"), "token-classification", str(out_dir), quantize="int8",
+                               optimize=bool((cfg.get("export") or {}).get("optimize")),
                                labels=LABELS, template=TEMPLATE, max_length=cfg["max_length"],
                                context_overlap=cfg.get("context_overlap", 64),
                                provenance={"base_model": common.BASE_MODEL_NAME, "seed": cfg["seed"],

@@ -31,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exporter", choices=("legacy", "dynamo"), default="legacy",
                         help="torch.onnx exporter to try first (the other is the fallback)")
     parser.add_argument("--tolerance", type=float, default=1e-3, help="max allowed fp32 parity difference")
+    parser.add_argument("--per-channel", action="store_true", help="int8 only: one weight scale per output channel")
+    parser.add_argument("--optimize", action="store_true",
+                        help="BERT-family only: fuse attention/embedding/layer-norm ops (onnxruntime transformer "
+                             "optimizer) before quantizing; faster on CPU")
 
 
 def _template(value: str | None) -> dict | None:
@@ -55,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
             labels=[x.strip() for x in args.labels.split(",")] if args.labels else None,
             template=_template(args.template), max_length=args.max_length, positive_label=args.positive_label,
             name=args.name, context_overlap=args.context_overlap, opset=args.opset, exporter=args.exporter,
-            tolerance=args.tolerance, provenance={"command": "truthlens export"},
+            tolerance=args.tolerance, per_channel=args.per_channel, optimize=args.optimize,
+            provenance={"command": "truthlens export"},
         )
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"export failed: {exc}", file=sys.stderr)

@@ -71,3 +71,24 @@ def test_cli_export_rejects_a_bad_checkpoint(tmp_path, capsys):
     (tmp_path / "hf").mkdir()
     rc = main(["export", "--from", str(tmp_path / "hf"), "--task", "nli", "--out", str(tmp_path / "out")])
     assert rc == 1 and "export failed" in capsys.readouterr().err
+
+
+def test_optimized_int8_export_fuses_attention_keeps_parity_and_serves(tmp_path):
+    import onnx
+
+    out, report = build_model_dir("bert-token", tmp_path, quantize="int8", optimize=True)
+    assert report["ok"] and report["optimized_max_abs_diff"] < 1e-3  # fusion itself is exact up to float error
+    assert np.isfinite(report["final_max_abs_diff"]) and report["final_max_abs_diff"] < 0.5
+    ops = {n.op_type for n in onnx.load(str(out / "model.onnx")).graph.node}
+    assert ops & {"Attention", "QAttention"}, ops
+    assert load_manifest(out).provenance["optimized"]
+    det = Detector(OnnxModel(out, "detector", CPU))
+    (scores,) = det.predict_batch([(["paris is the capital of france"], "what?", "lyon is the capital")])
+    assert len(scores.probs) == len(scores.offsets) > 0
+
+
+def test_optimize_refuses_models_its_fusions_do_not_cover(tmp_path, capsys):
+    hf = build_checkpoint("modernbert", "token", tmp_path / "hf")
+    rc = main(["export", "--from", str(hf), "--task", "token-classification", "--out", str(tmp_path / "out"),
+               "--quantize", "int8", "--optimize"])
+    assert rc == 1 and "optimize supports model types ['bert']" in capsys.readouterr().err
