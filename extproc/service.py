@@ -109,7 +109,8 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
         v = ctx.verdict
         if self.rt.metrics is not None and v is not None:
             try:
-                record_verdict(self.rt.metrics, v, ctx.timings_ms, ctx.sentinel_ms)
+                sentinel_by = ctx.sentinel.by if ctx.sentinel is not None else "model"
+                record_verdict(self.rt.metrics, v, ctx.timings_ms, ctx.sentinel_ms, sentinel_by)
             except Exception:  # noqa: BLE001 - telemetry must never fail a request
                 log.debug("metrics failed", exc_info=True)
         log.debug("request %s done: status=%s outcome=%s timings=%s total_ms=%.1f", ctx.request_id,
@@ -132,8 +133,13 @@ def continue_reply(phase: str) -> pb.ProcessingResponse:
     return _CONTINUE[phase]
 
 
-def record_verdict(m: Any, v: Verdict, timings_ms: dict[str, float], sentinel_ms: float = 0.0) -> None:
-    """One request's outcome into the metrics defined in extproc.telemetry.metrics."""
+def record_verdict(m: Any, v: Verdict, timings_ms: dict[str, float], sentinel_ms: float = 0.0,
+                   sentinel_by: str = "model") -> None:
+    """One request's outcome into the metrics defined in extproc.telemetry.metrics.
+
+    A prompt the sentinel's lexical prefilter decided is timed as operation `prefilter`, so the
+    `sentinel` histogram stays the encoder's cost.
+    """
     if v.status is Status.CHECKED:
         m.record_detection(v.decision, v.mode, v.detected, v.score or 0.0, v.iterations)
     elif v.status is Status.SKIPPED:
@@ -145,6 +151,6 @@ def record_verdict(m: Any, v: Verdict, timings_ms: dict[str, float], sentinel_ms
     for stage, ms in timings_ms.items():
         m.record_latency(v.mode, stage, ms / 1000.0)
     if sentinel_ms:
-        m.record_latency(v.mode, "sentinel", sentinel_ms / 1000.0)
+        m.record_latency(v.mode, "prefilter" if sentinel_by == "prefilter" else "sentinel", sentinel_ms / 1000.0)
     if v.status is not Status.DISABLED:
         m.record_latency(v.mode, "total", v.latency_ms / 1000.0)

@@ -178,7 +178,7 @@ class ScriptedTestEngine:
         """Sure about prompts that say PREFILTER_SKIP (non-factual, no model call); else defers."""
         if "PREFILTER_SKIP" in prompt:
             self.calls.append(("prefilter", prompt))
-            return SentinelResult(needs_check=False, confidence=0.001, by="prefilter")
+            return SentinelResult(needs_check=False, confidence=0.001, latency_ms=0.01, by="prefilter")
         return None
 
     async def classify_prompt(self, prompt: str) -> SentinelResult:

@@ -192,6 +192,12 @@ async def test_verdicts_reach_the_metrics() -> None:
     assert 'truthlens_detections_total{decision="default",detected="true",mode="lightweight"} 1.0' in text
     assert "truthlens_unverified_total 1.0" in text
     assert 'operation="detect"' in text
+    assert 'operation="prefilter"' not in text
+    sure = {"model": "m", "messages": [{"role": "user", "content": "PREFILTER_SKIP a haiku"}]}
+    await drive(svc, [req_headers(), req_body(sure), resp_headers()])
+    text = metrics.exposition().decode()
+    assert 'truthlens_latency_seconds_count{mode="lightweight",operation="prefilter"} 1.0' in text
+    assert "truthlens_skipped_total 1.0" in text
     metrics.shutdown()
 
 
