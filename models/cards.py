@@ -56,11 +56,13 @@ EXPLAINER_LICENSES = {
 def measure_latency(model_dir: Path, role: str, runs: int = 50, threads: int | None = None) -> dict[str, Any]:
     """Median/p90 ms for ONE input through the serving wrapper (onnxruntime CPU, `threads` intra-op).
 
-    Default threads as served: 1 for the sentinel (engine.SENTINEL_DEFAULT_THREADS), 2 otherwise.
+    Default threads as served: the engine's sentinel default for the sentinel, 2 otherwise.
     """
     import os
 
-    threads = threads or (1 if role == "sentinel" else 2)
+    from extproc.inference.engine import SENTINEL_DEFAULT_THREADS
+
+    threads = threads or (SENTINEL_DEFAULT_THREADS if role == "sentinel" else 2)
     from extproc.inference.models import Explainer, OnnxModel, Sentinel
     from extproc.inference.runtime import RuntimeOptions
 
