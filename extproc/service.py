@@ -113,9 +113,10 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
                 record_verdict(self.rt.metrics, v, ctx.timings_ms, ctx.sentinel_ms, sentinel_by)
             except Exception:  # noqa: BLE001 - telemetry must never fail a request
                 log.debug("metrics failed", exc_info=True)
-        log.debug("request %s done: status=%s outcome=%s timings=%s total_ms=%.1f", ctx.request_id,
-                  v.status if v is not None else "none", outcome, ctx.timings_ms,
-                  (time.perf_counter() - ctx.started) * 1000)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("request %s done: status=%s outcome=%s timings=%s total_ms=%.1f", ctx.request_id,
+                      v.status if v is not None else "none", outcome, ctx.timings_ms,
+                      (time.perf_counter() - ctx.started) * 1000)
 
 
 _CONTINUE = {
@@ -133,13 +134,15 @@ def continue_reply(phase: str) -> pb.ProcessingResponse:
     return _CONTINUE[phase]
 
 
+# Stages worth a latency histogram: each can take milliseconds. The request phase itself
+# (parsing, policy, prefilter) takes microseconds, so every sample would land in the first
+# bucket; it is part of `total`, and prefilter decisions are counted instead of timed.
+TIMED_STAGES = frozenset({"sentinel_wait", "detect", "mitigate"})
+
+
 def record_verdict(m: Any, v: Verdict, timings_ms: dict[str, float], sentinel_ms: float = 0.0,
                    sentinel_by: str = "model") -> None:
-    """One request's outcome into the metrics defined in extproc.telemetry.metrics.
-
-    A prompt the sentinel's lexical prefilter decided is timed as operation `prefilter`, so the
-    `sentinel` histogram stays the encoder's cost.
-    """
+    """One request's outcome into the metrics defined in extproc.telemetry.metrics."""
     if v.status is Status.CHECKED:
         m.record_detection(v.decision, v.mode, v.detected, v.score or 0.0, v.iterations)
     elif v.status is Status.SKIPPED:
@@ -149,8 +152,11 @@ def record_verdict(m: Any, v: Verdict, timings_ms: dict[str, float], sentinel_ms
     elif v.status is Status.UNCHECKED:
         m.record_unchecked(str(v.reason or UncheckedReason.ERROR))
     for stage, ms in timings_ms.items():
-        m.record_latency(v.mode, stage, ms / 1000.0)
+        if stage in TIMED_STAGES:
+            m.record_latency(v.mode, stage, ms / 1000.0)
     if sentinel_ms:
-        m.record_latency(v.mode, "prefilter" if sentinel_by == "prefilter" else "sentinel", sentinel_ms / 1000.0)
+        m.record_sentinel_decision(sentinel_by)
+        if sentinel_by != "prefilter":
+            m.record_latency(v.mode, "sentinel", sentinel_ms / 1000.0)
     if v.status is not Status.DISABLED:
         m.record_latency(v.mode, "total", v.latency_ms / 1000.0)

@@ -18,6 +18,7 @@ from extproc.policy.decisions import Decision
 from extproc.policy.verdict import Status, Verdict, top_spans
 
 HEADER_PREFIX = "x-truthlens-"
+LATENCY_HEADER = "x-truthlens-latency-ms"
 SPANS_HEADER_MAX_SPANS = 16
 SPANS_HEADER_MAX_BYTES = 1024
 WARNING_MAX_SPANS = 5
@@ -88,9 +89,13 @@ def response_headers(verdict: Verdict) -> Headers:
         ]
     out += [
         ("x-truthlens-iterations", str(verdict.iterations)),
-        ("x-truthlens-latency-ms", f"{verdict.latency_ms:.1f}"),
+        (LATENCY_HEADER, latency_header_value(verdict.latency_ms)),
     ]
     return tuple(out)
+
+
+def latency_header_value(latency_ms: float) -> str:
+    return f"{latency_ms:.1f}"
 
 
 def spans_header_value(

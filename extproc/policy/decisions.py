@@ -121,6 +121,12 @@ class Policy:
         # Keyword rules need the request body; without them a decision can be chosen from headers alone.
         self.uses_question = any(c.type == "keyword" for d in cfg.decisions for c in d.rules.conditions)
 
+    def decide(self, headers: Mapping[str, str], question: str | None = None) -> Decision:
+        """`select` straight from request headers; with no decisions configured, no facts are built."""
+        if not self._decisions:
+            return self.default
+        return self.select(RequestFacts.from_headers(headers.items(), question))
+
     def select(self, facts: RequestFacts) -> Decision:
         for compiled in self._decisions:
             if compiled.matches(facts):

@@ -45,6 +45,7 @@ class Metrics:
         self._n_skipped = 0
         self._n_unverified = 0
         self._n_unchecked: dict[str, int] = {}
+        self._n_sentinel: dict[str, int] = {}
         meter.create_observable_counter(  # -> truthlens_detections_total
             "truthlens_detections", callbacks=[self._observe_detections],
             description="Finished checks, by decision, mode and outcome",
@@ -57,7 +58,7 @@ class Metrics:
         self._latency = meter.create_histogram(  # unit "s" -> truthlens_latency_seconds
             "truthlens_latency",
             unit="s",
-            description="Time spent per TruthLens operation (sentinel, detect, explain, refine, total)",
+            description="Time spent per TruthLens operation (sentinel, sentinel_wait, detect, mitigate, total)",
             explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
         )
         self._iterations = meter.create_histogram(
@@ -81,6 +82,10 @@ class Metrics:
             "truthlens_unchecked", callbacks=[self._observe_unchecked],
             description="Responses that should have been checked but were not, by reason",
         )
+        meter.create_observable_counter(  # -> truthlens_sentinel_decisions_total
+            "truthlens_sentinel_decisions", callbacks=[self._observe_sentinel],
+            description="Prompts classified, by who decided: the lexical prefilter or the sentinel model",
+        )
 
     def _observe_detections(self, _options: CallbackOptions) -> list[Observation]:
         return [Observation(n, {"decision": d, "mode": m, "detected": x})
@@ -88,6 +93,9 @@ class Metrics:
 
     def _observe_unchecked(self, _options: CallbackOptions) -> list[Observation]:
         return [Observation(n, {"reason": reason}) for reason, n in list(self._n_unchecked.items())]
+
+    def _observe_sentinel(self, _options: CallbackOptions) -> list[Observation]:
+        return [Observation(n, {"by": by}) for by, n in list(self._n_sentinel.items())]
 
     def record_detection(self, decision: str | None, mode: str, detected: bool, score: float, iterations: int) -> None:
         key = (decision or DEFAULT_DECISION, mode, "true" if detected else "false")
@@ -97,6 +105,10 @@ class Metrics:
 
     def record_latency(self, mode: str, operation: str, seconds: float) -> None:
         self._latency.record(seconds, {"mode": mode, "operation": operation})
+
+    def record_sentinel_decision(self, by: str) -> None:
+        """`by`: "prefilter" (settled lexically, microseconds) or "model" (the encoder ran)."""
+        self._n_sentinel[by] = self._n_sentinel.get(by, 0) + 1
 
     def record_skipped(self) -> None:
         self._n_skipped += 1

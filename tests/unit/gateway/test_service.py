@@ -196,7 +196,11 @@ async def test_verdicts_reach_the_metrics() -> None:
     sure = {"model": "m", "messages": [{"role": "user", "content": "PREFILTER_SKIP a haiku"}]}
     await drive(svc, [req_headers(), req_body(sure), resp_headers()])
     text = metrics.exposition().decode()
-    assert 'truthlens_latency_seconds_count{mode="lightweight",operation="prefilter"} 1.0' in text
+    assert 'truthlens_sentinel_decisions_total{by="prefilter"} 1.0' in text
+    # the microsecond request phase and prefilter are part of `total`, not histograms of their own
+    ops = {line.split('operation="')[1].split('"')[0] for line in text.splitlines()
+           if line.startswith("truthlens_latency_seconds_count")}
+    assert ops == {"sentinel", "sentinel_wait", "detect", "total"}
     assert "truthlens_skipped_total 1.0" in text
     metrics.shutdown()
 
@@ -305,3 +309,29 @@ async def test_an_unsure_prefilter_leaves_the_prompt_to_the_model() -> None:
     replies = await drive(svc, [req_headers(), req_body(prompt), resp_headers()])
     assert set_headers(replies[2].response_headers.response)["x-truthlens-status"] == "skipped"
     assert engine.calls == [("sentinel", "Write a poem about the sea")]
+
+
+async def test_early_verdict_replies_are_the_planned_headers_each_with_its_own_latency() -> None:
+    """Replies for verdicts fixed before the answer are copied from a cached template."""
+    from extproc.policy.actions import plan_actions
+    from extproc.policy.verdict import Verdict
+
+    svc = service(ScriptedTestEngine(), {"decisions": [
+        {"name": "quiet", "priority": 1, "rules": {"conditions": [{"type": "header", "name": "x-quiet"}]},
+         "plugins": {"truthlens": {"action": "none"}}}]})
+    default = svc.rt.policy.default
+    prompt = {"model": "m", "messages": [{"role": "user", "content": "PREFILTER_SKIP a limerick please"}]}
+    for _ in range(3):
+        replies = await drive(svc, [req_headers(), req_body(prompt), resp_headers()])
+        mutation = replies[2].response_headers.response.header_mutation
+        keys = [o.header.key for o in mutation.set_headers]
+        assert len(keys) == len(set(keys))  # the template is copied, never appended to
+        got = set_headers(replies[2].response_headers.response)
+        latency = float(got["x-truthlens-latency-ms"])
+        planned = plan_actions(Verdict.skipped(default, latency_ms=latency), default, svc.rt.config.truthlens)
+        assert got == dict(planned.headers)
+    # a decision with action none gets no verdict headers at all, cached or not
+    for _ in range(2):
+        replies = await drive(svc, [req_headers({"x-quiet": "1"}), req_body(prompt), resp_headers()])
+        assert set_headers(replies[2].response_headers.response) == {}
+        assert replies[2].mode_override.response_body_mode == Mode.NONE

@@ -44,6 +44,16 @@ def _prefilter(lo: float = 0.01, hi: float = 0.99) -> LexicalPrefilter:
     return LexicalPrefilter(w, 0.0, PrefilterBand(lo, hi), {"note": "test"})
 
 
+def test_serving_scores_what_training_computes():
+    """Serving sums a sparse dict; training indexes the dense array: both must give one probability."""
+    rng = np.random.default_rng(0)
+    w = np.where(rng.random(BUCKETS) < 0.3, rng.normal(0, 2, BUCKETS), 0).astype(np.float32)
+    pre = LexicalPrefilter(w, -0.25, PrefilterBand(0.01, 0.99), {})
+    for text in ("Who wrote Hamlet?", "Write a poem about the sea, please.", "", "x " * 500):
+        z = float(w[features(text, BUCKETS)].astype(np.float64).sum()) - 0.25
+        assert pre.probability(text) == pytest.approx(1 / (1 + np.exp(-z)), rel=1e-6, abs=1e-9)
+
+
 def test_decide_answers_only_outside_the_band():
     pre = _prefilter()
     assert pre.decide("poem")[0] is False

@@ -145,3 +145,14 @@ def test_policy_compiled_once_per_config() -> None:
     assert compile_policy(cfg) is compile_policy(cfg)
     assert compile_policy(cfg).uses_question is True
     assert compile_policy(parse_config({})).uses_question is False
+
+
+def test_decide_from_headers_matches_select_and_defaults_without_decisions() -> None:
+    cfg = load_config(EXAMPLE)
+    policy = compile_policy(cfg)
+    headers = {":authority": "api.example.com", "x-team": "platform"}
+    assert policy.decide(headers, "hello") == policy.select(RequestFacts.from_headers(headers.items(), "hello"))
+    assert policy.decide(headers, "hello").name == "internal-tools"
+    assert policy.decide({":authority": "a"}, "What dosage of ibuprofen is safe?").name == "medical"
+    bare = compile_policy(parse_config({"truthlens": {"default_action": "warn"}}))
+    assert bare.decide({"x-team": "platform"}, "anything") is bare.default and bare.default.action == "warn"

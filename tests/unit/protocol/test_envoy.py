@@ -52,6 +52,8 @@ def test_truthlens_header_names_from_proto_and_mapping():
                             ("x-truthlensx", "no"), ("x-other", "1")])
     assert E.truthlens_header_names(req.request_headers) == ("x-truthlens-score", "x-truthlens-status")
     assert E.truthlens_header_names({"x-truthlens-mode": "premium", "host": "h"}) == ("x-truthlens-mode",)
+    assert E.truthlens_header_names({"X-TruthLens-Mode": "premium", "a": "b"}) == ("x-truthlens-mode",)
+    assert E.truthlens_header_names({"host": "h", "not-x-truthlens-mode": "1"}) == ()
 
 
 def test_request_headers_response_sets_removes_and_overrides_mode():

@@ -26,6 +26,9 @@ def exercise(m: Metrics) -> None:
     m.record_detection(None, "standard", False, 0.12, 2)
     m.record_latency("lightweight", "detect", 0.02)
     m.record_latency("lightweight", "sentinel", 0.003)
+    m.record_sentinel_decision("prefilter")
+    m.record_sentinel_decision("prefilter")
+    m.record_sentinel_decision("model")
     m.record_skipped()
     m.record_unverified()
     m.record_unchecked("timeout")
@@ -51,6 +54,7 @@ def test_exposition_has_exact_names_and_labels() -> None:
     assert s["truthlens_skipped_total"] == [({}, 1.0)]
     assert s["truthlens_unverified_total"] == [({}, 1.0)]
     assert s["truthlens_unchecked_total"] == [({"reason": "timeout"}, 2.0)]
+    assert dict((l["by"], v) for l, v in s["truthlens_sentinel_decisions_total"]) == {"prefilter": 2.0, "model": 1.0}
     assert sorted(s["truthlens_models_used"], key=lambda x: x[0]["role"]) == [
         ({"model": "modernbert-detector", "role": "detector"}, 1.0),
         ({"model": "minilm-sentinel", "role": "sentinel"}, 1.0),
@@ -66,6 +70,7 @@ def test_exposition_has_exact_names_and_labels() -> None:
         "truthlens_skipped_total",
         "truthlens_unverified_total",
         "truthlens_unchecked_total",
+        "truthlens_sentinel_decisions_total",
     }
     types = {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE")}
     assert types["truthlens_score"] == "histogram" and types["truthlens_models_used"] == "gauge"
