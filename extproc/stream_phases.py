@@ -61,7 +61,7 @@ class Phases:
     def __init__(self, rt: GatewayRuntime) -> None:
         self.rt = rt
         self.tl = rt.config.truthlens
-        self._early_templates: dict[tuple[object, ...], pb.ProcessingResponse] = {}
+        self._early_templates: dict[tuple[object, ...], tuple[Decision, pb.ProcessingResponse]] = {}
 
     # ---- request -----------------------------------------------------------------------
 
@@ -213,13 +213,17 @@ class Phases:
         Only the latency header differs between two such replies, so the rest is built once
         per (verdict kind, decision) and copied (~2 us instead of ~8 us for building it).
         """
-        key = (verdict.status, verdict.reason, decision)
-        template = self._early_templates.get(key)
-        if template is None:
+        # Decisions are the policy's long-lived objects: their id is a cheap key (hashing the
+        # frozen dataclass costs more than the copy), and the stored object guards against reuse.
+        key = (verdict.status, verdict.reason, id(decision))
+        cached = self._early_templates.get(key)
+        if cached is not None and cached[0] is decision:
+            template = cached[1]
+        else:
             headers = [h for h in plan_actions(verdict, decision, self.tl).headers if h[0] != LATENCY_HEADER]
             template = ev.response_headers_response(headers, (), NO_RESPONSE_BODY_MODE)
             if len(self._early_templates) < EARLY_TEMPLATES_MAX:
-                self._early_templates[key] = template
+                self._early_templates[key] = (decision, template)
         reply = pb.ProcessingResponse()
         reply.CopyFrom(template)
         if decision.action != "none":

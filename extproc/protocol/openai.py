@@ -18,6 +18,7 @@ result give no grounding: the context tuple is simply empty.
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -79,7 +80,13 @@ def dump_json(obj: Any) -> bytes:
 
 def _load_object(body: bytes, what: str) -> dict[str, Any]:
     try:
-        obj = json.loads(body)
+        # JSON on the wire is UTF-8 (RFC 8259): decoding it directly skips json's encoding
+        # sniffing; a BOM or another UTF still goes through json.loads' detection.
+        text = body.decode("utf-8") if not body.startswith(codecs.BOM_UTF8) else None
+    except UnicodeDecodeError:
+        text = None
+    try:
+        obj = json.loads(body if text is None else text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 
 import pytest
@@ -195,3 +196,11 @@ def test_content_text_and_error_body():
     err = json.loads(error_body("blocked", type="truthlens_blocked", code="hallucination", extra={"score": 0.9}))
     assert err == {"error": {"message": "blocked", "type": "truthlens_blocked", "param": None,
                              "code": "hallucination"}, "truthlens": {"score": 0.9}}
+
+
+def test_bodies_with_a_bom_or_another_utf_still_parse():
+    """JSON is read as UTF-8 directly; the rarer encodings json.loads detects keep working."""
+    obj = {"messages": [{"role": "user", "content": "Qui a écrit Hamlet ?"}]}
+    text = json.dumps(obj, ensure_ascii=False)
+    for body in (text.encode("utf-8"), codecs.BOM_UTF8 + text.encode("utf-8"), text.encode("utf-16")):
+        assert parse_chat_request(body).question == "Qui a écrit Hamlet ?"
