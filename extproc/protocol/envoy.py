@@ -9,7 +9,6 @@ Public API (all return ``ProcessingResponse`` unless said otherwise):
 - ``streamed_chunk_response(body)``  (STREAMED chunks; ``None`` = chunk unchanged)
 - ``immediate_response(status, headers=(), body=b"", details="")``
 - ``timeout_extension_response(seconds)``  (asks Envoy for more time on the current message)
-- ``add_header(mutation, key, value)``  (one more header on a copy of a prebuilt reply)
 - ``headers_dict(headers) -> dict[str, str]``, ``header_text(header) -> str``,
   ``truthlens_header_names(headers) -> tuple[str, ...]``, ``request_phase(request) -> str``
 - Modes: ``processing_mode(...)``, ``STREAMED_RESPONSE_MODE``, ``SKIP_REST_MODE``.
@@ -47,7 +46,6 @@ __all__ = [
     "SKIP_REST_MODE",
     "STREAMED_RESPONSE_MODE",
     "TRUTHLENS_HEADER_PREFIX",
-    "add_header",
     "header_text",
     "headers_dict",
     "immediate_response",
@@ -158,17 +156,12 @@ def _pairs(headers: HeaderInput) -> Iterable[tuple[str, str | bytes]]:
     return headers.items() if isinstance(headers, Mapping) else headers
 
 
-def add_header(mutation: ep.HeaderMutation, key: str, value: str | bytes) -> None:
-    """One more header to set (overwrite) in `mutation`, e.g. on a copy of a prebuilt reply."""
-    option = mutation.set_headers.add()
-    option.header.key = key
-    option.header.raw_value = value if isinstance(value, bytes) else value.encode("utf-8")
-    option.append_action = _OVERWRITE
-
-
 def _fill(mutation: ep.HeaderMutation, set_headers: HeaderInput, remove_headers: Iterable[str]) -> None:
     for key, value in _pairs(set_headers):
-        add_header(mutation, key, value)
+        option = mutation.set_headers.add()
+        option.header.key = key
+        option.header.raw_value = value if isinstance(value, bytes) else value.encode("utf-8")
+        option.append_action = _OVERWRITE
     mutation.remove_headers.extend(remove_headers)
 
 

@@ -311,10 +311,11 @@ async def test_an_unsure_prefilter_leaves_the_prompt_to_the_model() -> None:
     assert engine.calls == [("sentinel", "Write a poem about the sea")]
 
 
-async def test_early_verdict_replies_are_the_planned_headers_each_with_its_own_latency() -> None:
-    """Replies for verdicts fixed before the answer are copied from a cached template."""
+async def test_early_verdict_replies_are_the_planned_headers_even_when_shared() -> None:
+    """Sub-millisecond early verdicts share prebuilt replies: each must still be exactly the plan."""
     from extproc.policy.actions import plan_actions
     from extproc.policy.verdict import Verdict
+    from extproc.stream_phases import SHARED_REPLY_MAX_MS
 
     svc = service(ScriptedTestEngine(), {"decisions": [
         {"name": "quiet", "priority": 1, "rules": {"conditions": [{"type": "header", "name": "x-quiet"}]},
@@ -323,14 +324,19 @@ async def test_early_verdict_replies_are_the_planned_headers_each_with_its_own_l
     prompt = {"model": "m", "messages": [{"role": "user", "content": "PREFILTER_SKIP a limerick please"}]}
     for _ in range(3):
         replies = await drive(svc, [req_headers(), req_body(prompt), resp_headers()])
-        mutation = replies[2].response_headers.response.header_mutation
-        keys = [o.header.key for o in mutation.set_headers]
-        assert len(keys) == len(set(keys))  # the template is copied, never appended to
         got = set_headers(replies[2].response_headers.response)
         latency = float(got["x-truthlens-latency-ms"])
         planned = plan_actions(Verdict.skipped(default, latency_ms=latency), default, svc.rt.config.truthlens)
         assert got == dict(planned.headers)
-    # a decision with action none gets no verdict headers at all, cached or not
+        assert replies[2].mode_override.response_body_mode == Mode.NONE
+    # a slow early verdict gets its own reply with its own latency, never a shared one
+    phases = svc.phases
+    slow = [phases._early_reply(Verdict.skipped(default, latency_ms=SHARED_REPLY_MAX_MS + d), default)
+            for d in (0.3, 5.0)]
+    assert [set_headers(r.response_headers.response)["x-truthlens-latency-ms"] for r in slow] == ["1.3", "6.0"]
+    fast = [phases._early_reply(Verdict.skipped(default, latency_ms=ms), default) for ms in (0.04, 0.02, 0.51)]
+    assert fast[0] is fast[1] and fast[0] is not fast[2]  # "0.0" twice, then "0.5"
+    # a decision with action none gets no verdict headers at all, shared or not
     for _ in range(2):
         replies = await drive(svc, [req_headers({"x-quiet": "1"}), req_body(prompt), resp_headers()])
         assert set_headers(replies[2].response_headers.response) == {}
