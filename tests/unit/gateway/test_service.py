@@ -193,9 +193,12 @@ async def test_verdicts_reach_the_metrics() -> None:
     assert "truthlens_unverified_total 1.0" in text
     assert 'operation="detect"' in text
     assert 'operation="prefilter"' not in text
+    total = 'truthlens_latency_seconds_count{mode="lightweight",operation="total"} 2.0'
+    assert total in text  # both waited on a model: the detector, the sentinel
     sure = {"model": "m", "messages": [{"role": "user", "content": "PREFILTER_SKIP a haiku"}]}
     await drive(svc, [req_headers(), req_body(sure), resp_headers()])
     text = metrics.exposition().decode()
+    assert total in text  # settled in the request phase: counted, not timed
     assert 'truthlens_sentinel_decisions_total{by="prefilter"} 1.0' in text
     # the microsecond request phase and prefilter are part of `total`, not histograms of their own
     ops = {line.split('operation="')[1].split('"')[0] for line in text.splitlines()
