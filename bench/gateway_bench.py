@@ -136,15 +136,20 @@ def process_cpu_s(pid: int | None) -> float:
 
 async def measure(urls: dict[str, str], concurrency: int, requests: int, rounds: int, warmup: int,
                   pids: dict[str, int | None] | None = None) -> dict[str, Any]:
-    """Interleave the setups in `rounds` so load drift on a shared machine hits all of them alike."""
+    """Interleave the setups in `rounds` so load drift on a shared machine hits all of them alike.
+
+    The order rotates every round: each setup runs as often first as last, so whatever the
+    previous setup leaves behind (caches, CPU frequency, scheduler state) is spread evenly.
+    """
     samples = {label: Sample(concurrency) for label in urls}
     conns = {label: [Connection(url) for _ in range(concurrency)] for label, url in urls.items()}
+    labels = list(urls)
     try:
-        for label in urls:
+        for label in labels:
             await burst(conns[label], Sample(concurrency), warmup)
         per_round = max(1, requests // rounds)
-        for _ in range(rounds):
-            for label in urls:
+        for r in range(rounds):
+            for label in labels[r % len(labels):] + labels[:r % len(labels)]:
                 pid = (pids or {}).get(label)
                 cpu0 = process_cpu_s(pid)
                 await burst(conns[label], samples[label], per_round)
