@@ -51,6 +51,14 @@ class Sample:
         self.elapsed = 0.0
         self.cpu_s = 0.0  # the setup's sidecar process CPU time (user + system) while measured
         self.statuses: dict[str, int] = {}
+        self.rounds: list[tuple[float, float]] = []  # (p50 ms, req/s) of each round, for paired ratios
+
+    def add_round(self, other: Sample) -> None:
+        self.rounds.append((statistics.median(other.latencies), len(other.latencies) / other.elapsed))
+        self.latencies += other.latencies
+        self.elapsed += other.elapsed
+        for k, v in other.statuses.items():
+            self.statuses[k] = self.statuses.get(k, 0) + v
 
     def summary(self) -> dict[str, Any]:
         lat = self.latencies
@@ -63,6 +71,8 @@ class Sample:
             "rps": len(lat) / self.elapsed,
             "sidecar_cpu_ms_per_request": self.cpu_s * 1000 / len(lat) if lat else 0.0,
             "verdict_statuses": self.statuses,
+            "round_p50_ms": [p for p, _ in self.rounds],
+            "round_rps": [r for _, r in self.rounds],
         }
 
 
@@ -152,8 +162,10 @@ async def measure(urls: dict[str, str], concurrency: int, requests: int, rounds:
             for label in labels[r % len(labels):] + labels[:r % len(labels)]:
                 pid = (pids or {}).get(label)
                 cpu0 = process_cpu_s(pid)
-                await burst(conns[label], samples[label], per_round)
+                this_round = Sample(concurrency)
+                await burst(conns[label], this_round, per_round)
                 samples[label].cpu_s += process_cpu_s(pid) - cpu0
+                samples[label].add_round(this_round)
     finally:
         for cs in conns.values():
             for c in cs:
@@ -283,14 +295,30 @@ def report(results: dict[str, Any]) -> str:
                 f"{', '.join(f'{k}: {v}' for k, v in r['verdict_statuses'].items())} |"
             )
     lines += ["", "## Target: TruthLens vs the do-nothing processor", "",
-              "| concurrency | latency ratio p50 (target <= 1.2) | latency ratio p99 | throughput ratio (target >= 0.8) |",
-              "|---:|---:|---:|---:|"]
+              "Pooled: all rounds' requests together. Paired: the ratio within each round (the two setups",
+              "measured minutes apart at most, so drifting load from other tenants cancels), median over",
+              "the rounds with the middle half of the rounds in brackets.",
+              "",
+              "| concurrency | latency ratio p50, pooled (target <= 1.2) | paired | latency ratio p99, pooled "
+              "| throughput ratio, pooled (target >= 0.8) | paired |",
+              "|---:|---:|---:|---:|---:|---:|"]
     for c in sorted(tl):
-        lines.append(f"| {c} | {tl[c]['p50_ms'] / noop[c]['p50_ms']:.2f} | {tl[c]['p99_ms'] / noop[c]['p99_ms']:.2f} "
-                     f"| {tl[c]['rps'] / noop[c]['rps']:.2f} |")
+        lat = paired(tl[c].get("round_p50_ms"), noop[c].get("round_p50_ms"))
+        thr = paired(tl[c].get("round_rps"), noop[c].get("round_rps"))
+        lines.append(f"| {c} | {tl[c]['p50_ms'] / noop[c]['p50_ms']:.2f} | {lat} | {tl[c]['p99_ms'] / noop[c]['p99_ms']:.2f} "
+                     f"| {tl[c]['rps'] / noop[c]['rps']:.2f} | {thr} |")
     if results.get("notes"):
         lines += ["", "## Notes", "", *[f"* {n}" for n in results["notes"]]]
     return "\n".join(lines) + "\n"
+
+
+def paired(ours: list[float] | None, base: list[float] | None) -> str:
+    """Median [quartiles] of the per-round ratios ours/base; '-' for results without rounds."""
+    if not ours or not base or len(ours) != len(base):
+        return "-"
+    ratios = sorted(a / b for a, b in zip(ours, base))
+    q1, med, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
+    return f"{med:.2f} [{q1:.2f}–{q3:.2f}]"
 
 
 def auto_notes(args: argparse.Namespace) -> list[str]:

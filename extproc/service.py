@@ -77,8 +77,10 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
     async def _dispatch(self, ctx: RequestContext, phase: str, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
         try:
             if phase == "request_body":
-                return await self.phases.request_body(ctx, req.request_body)
+                return self.phases.request_body(ctx, req.request_body)
             if phase == "response_headers":
+                if ctx.sentinel_task is None:
+                    return self.phases.response_headers_now(ctx, req.response_headers)
                 return await self.phases.response_headers(ctx, req.response_headers)
             if phase == "response_body":
                 kind = ctx.body_kind

@@ -82,7 +82,8 @@ class Phases:
             ctx.decision = self.rt.policy.decide(headers)
         return ctx, ev.request_headers_response(FORCE_IDENTITY, spoofed) if spoofed else _CHAT_REQUEST_REPLY
 
-    async def request_body(self, ctx: RequestContext, http: pb.HttpBody) -> pb.ProcessingResponse:
+    def request_body(self, ctx: RequestContext, http: pb.HttpBody) -> pb.ProcessingResponse:
+        """Synchronous: nothing here waits (the sentinel model, when needed, runs as a task)."""
         t0 = time.perf_counter()
         body = http.body
         if len(body) > self.tl.max_body_bytes:
@@ -176,6 +177,10 @@ class Phases:
     async def response_headers(self, ctx: RequestContext, http: pb.HttpHeaders) -> pb.ProcessingResponse:
         if ctx.sentinel_task is not None:
             await self._await_sentinel(ctx)
+        return self.response_headers_now(ctx, http)
+
+    def response_headers_now(self, ctx: RequestContext, http: pb.HttpHeaders) -> pb.ProcessingResponse:
+        """`response_headers` once nothing is pending (no sentinel task): the common case, no await."""
         headers = ev.headers_dict(http)
         spoofed = ev.truthlens_header_names(headers)  # an upstream cannot forge a verdict either
         ctx.response_status = int(headers.get(":status", "0") or 0)
