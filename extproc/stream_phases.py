@@ -161,7 +161,9 @@ class Phases:
         t0 = time.perf_counter()
         try:
             with stage("sentinel", mode=ctx.decision.mode):
-                ctx.sentinel = await asyncio.wait_for(engine.classify_prompt(prompt), self.rt.inference_timeout_s)
+                # request_body already asked the prefilter, which was unsure: the model decides
+                ctx.sentinel = await asyncio.wait_for(engine.classify_prompt(prompt, prefiltered=True),
+                                                      self.rt.inference_timeout_s)
         except Overloaded:
             ctx.fix_status(Status.UNCHECKED, UncheckedReason.OVERLOADED)
         except (InferenceError, asyncio.TimeoutError) as exc:

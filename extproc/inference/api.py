@@ -72,7 +72,10 @@ class Engine(Protocol):
         """A verdict without inference when a cheap check is sure of it (sync, microseconds); else None."""
         ...
 
-    async def classify_prompt(self, prompt: str) -> SentinelResult: ...
+    async def classify_prompt(self, prompt: str, *, prefiltered: bool = False) -> SentinelResult:
+        """P(factual) for the prompt; `prefiltered`: the caller already asked `prefilter_prompt`
+        and it was unsure, so go straight to the model."""
+        ...
 
     async def detect(
         self, context: Sequence[str], question: str | None, answer: str
@@ -93,7 +96,7 @@ class NullEngine:
     def prefilter_prompt(self, prompt: str) -> SentinelResult | None:
         return None
 
-    async def classify_prompt(self, prompt: str) -> SentinelResult:
+    async def classify_prompt(self, prompt: str, *, prefiltered: bool = False) -> SentinelResult:
         raise ModelUnavailable("sentinel model not loaded")
 
     async def detect(

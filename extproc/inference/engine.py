@@ -144,11 +144,11 @@ class OnnxEngine:
         decided, p = self.prefilter.decide(prompt)
         return None if decided is None else SentinelResult(decided, p, _ms(t0), by="prefilter")
 
-    async def classify_prompt(self, prompt: str) -> SentinelResult:
+    async def classify_prompt(self, prompt: str, *, prefiltered: bool = False) -> SentinelResult:
         if self.sentinel is None:
             raise ModelUnavailable("sentinel model not loaded")
         t0 = time.perf_counter()
-        quick = self.prefilter_prompt(prompt)
+        quick = None if prefiltered else self.prefilter_prompt(prompt)
         if quick is not None:
             return quick
         if len(prompt) <= INLINE_PREP_CHARS:  # tokenizing a short prompt costs less than a thread hop

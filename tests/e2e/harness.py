@@ -181,7 +181,7 @@ class ScriptedTestEngine:
             return SentinelResult(needs_check=False, confidence=0.001, latency_ms=0.01, by="prefilter")
         return None
 
-    async def classify_prompt(self, prompt: str) -> SentinelResult:
+    async def classify_prompt(self, prompt: str, *, prefiltered: bool = False) -> SentinelResult:
         self.calls.append(("sentinel", prompt))
         if self.sentinel_gate is not None:
             await self.sentinel_gate.wait()

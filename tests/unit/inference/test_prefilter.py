@@ -118,6 +118,9 @@ async def test_engine_decides_confident_prompts_without_the_model(sentinel_with_
         unsure = await engine.classify_prompt("something neutral entirely")
         assert unsure.by == "model" and engine._batchers["sentinel"].batches == 1
         assert engine.prefilter_prompt("something neutral entirely") is None
+        # a caller that already asked the prefilter skips it: the model answers even a sure prompt
+        again = await engine.classify_prompt("who", prefiltered=True)
+        assert again.by == "model" and engine._batchers["sentinel"].batches == 2
     finally:
         await engine.close()
 
