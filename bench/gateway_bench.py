@@ -296,8 +296,8 @@ def report(results: dict[str, Any]) -> str:
             )
     lines += ["", "## Target: TruthLens vs the do-nothing processor", "",
               "Pooled: all rounds' requests together. Paired: the ratio within each round (the two setups",
-              "measured minutes apart at most, so drifting load from other tenants cancels), median over",
-              "the rounds with the middle half of the rounds in brackets.",
+              "measured seconds apart, so slow drift in load from other tenants cancels), median over the",
+              "rounds with the middle half of the rounds in brackets: the spread shows how noisy the machine was.",
               "",
               "| concurrency | latency ratio p50, pooled (target <= 1.2) | paired | latency ratio p99, pooled "
               "| throughput ratio, pooled (target >= 0.8) | paired |",
