@@ -223,7 +223,8 @@ class Phases:
         A verdict settled in the request phase added well under a millisecond, so its reply
         (latency header included, one decimal) is one of a handful per (status, decision):
         those are built once and shared like the prebuilt "continue" replies. Slower ones
-        (the sentinel model ran) are built per request.
+        (the sentinel model ran) are built per request. Only for `_early_verdict` results: the
+        key leaves out score and spans, which such verdicts never have.
         """
         if verdict.latency_ms >= SHARED_REPLY_MAX_MS:
             return self._build_early_reply(verdict, decision)
