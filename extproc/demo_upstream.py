@@ -28,6 +28,12 @@ SCRIPT_HEADER = "x-demo-script"
 DEMO_MODEL = "truthlens-demo"
 # The one sentence the demo adds to every grounded answer: supported by no document, on purpose.
 INJECTED_CLAIM = "It was first described in 1887 by a research team in Oslo, Norway."
+# What the demo "model knows" without context, like an LLM's parametric memory: the gateway removes
+# the `truthlens_context` field before the request goes upstream, so the README's Eiffel Tower
+# example must be answered from here. Keys are matched in the lower-cased question.
+KNOWN_FACTS = {
+    "eiffel tower": "The Eiffel Tower was built from 1887 to 1889 in Paris.",
+}
 
 
 @dataclass(slots=True)
@@ -101,6 +107,10 @@ def demo_answer(messages: list[dict[str, Any]]) -> str:
         return grounded if refine else grounded + " " + INJECTED_CLAIM
     if refine:
         return "The provided context does not contain this information."
+    low = question.lower()
+    for subject, fact in KNOWN_FACTS.items():
+        if subject in low:
+            return f"{fact} {INJECTED_CLAIM}"
     q = question.strip().rstrip("?.! ") or "your question"
     return f"Here is a short answer about {q[:160]}. {INJECTED_CLAIM}"
 

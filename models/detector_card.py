@@ -184,6 +184,9 @@ def render(m: dict[str, Any]) -> str:
         "annotators, and XSum's lowercased text differs from what LLMs write.",
         "- Long contexts: every window is scored alone and the runtime keeps the max, so a claim supported "
         "only in a later window can still be flagged by an earlier one (see the min-aggregation table).",
+        "- It learned unsupported additions inside otherwise grounded answers. An answer with no grounded part "
+        "at all (e.g. a claim that shares only its subject with the context) is still detected, but its spans "
+        "are a token or two (\"in\", \"the\") rather than the claim.",
         "",
         "## Rebuild",
         "",

@@ -25,6 +25,13 @@ def test_answer_repeats_grounding_then_adds_the_unsupported_claim() -> None:
     assert demo_answer([{"role": "user", "content": "Why?"}]).endswith(INJECTED_CLAIM)
 
 
+def test_without_context_a_known_subject_is_answered_from_memory() -> None:
+    """The README example sends its document in truthlens_context, which never reaches upstream."""
+    answer = demo_answer([{"role": "user", "content": "When was the Eiffel Tower built?"}])
+    assert answer == "The Eiffel Tower was built from 1887 to 1889 in Paris. " + INJECTED_CLAIM
+    assert demo_answer([{"role": "user", "content": "Who won?"}]).startswith("Here is a short answer about Who won")
+
+
 def test_json_and_sse_over_http(upstream: DemoUpstreamServer) -> None:
     body = {"model": "m", "messages": [{"role": "system", "content": "Sky is blue."}, {"role": "user", "content": "?"}]}
     r = httpx.post(upstream.url + "/v1/chat/completions", json=body)
