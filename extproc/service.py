@@ -139,9 +139,9 @@ def continue_reply(phase: str) -> pb.ProcessingResponse:
 # Stages worth a latency histogram: each can take milliseconds. The request phase itself
 # (parsing, policy, prefilter) takes microseconds, so every sample would land in the first
 # bucket while recording it costs about as much as the work it measures (an OTel histogram
-# record is ~7 us). A request settled there (prefilter, disabled, no models, too large) is
-# therefore counted by its status counter and not timed; `total` covers every request that
-# waited on a model.
+# record is ~7 us). A request settled there (prefilter, no models, too large) is therefore
+# counted by its status counter and not timed; `total` covers every request that waited on a
+# model.
 TIMED_STAGES = frozenset({"sentinel_wait", "detect", "mitigate"})
 
 
