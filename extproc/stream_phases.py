@@ -183,13 +183,17 @@ class Phases:
 
     def response_headers_now(self, ctx: RequestContext, http: pb.HttpHeaders) -> pb.ProcessingResponse:
         """`response_headers` once nothing is pending (no sentinel task): the common case, no await."""
-        headers = ev.headers_dict(http)
-        spoofed = ev.truthlens_header_names(headers)  # an upstream cannot forge a verdict either
-        ctx.response_status = int(headers.get(":status", "0") or 0)
         if not ctx.request_done:  # the request body phase never finished (a bug of ours): say so
             self._decide(ctx, None)
             ctx.fix_status(Status.UNCHECKED, UncheckedReason.ERROR)
-        if ctx.early_status is None:
+        if ctx.early_status is not None:
+            # The verdict was fixed before the answer: of these headers only forged verdict
+            # headers matter (an upstream cannot forge a verdict either), so no values are decoded.
+            spoofed = ev.truthlens_header_names(http)
+        else:
+            headers = ev.headers_dict(http)
+            spoofed = ev.truthlens_header_names(headers)
+            ctx.response_status = int(headers.get(":status", "0") or 0)
             ctx.content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
             ctx.content_encoding = headers.get("content-encoding", "").strip().lower()
             if not 200 <= ctx.response_status < 300:

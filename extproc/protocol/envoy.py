@@ -128,21 +128,16 @@ def headers_dict(headers: ep.HttpHeaders | base_pb2.HeaderMap) -> dict[str, str]
 
 
 def truthlens_header_names(headers: ep.HttpHeaders | Mapping[str, str] | Iterable[str]) -> tuple[str, ...]:
-    """Names of client-sent x-truthlens-* headers, to remove before they can spoof a verdict.
+    """Names of x-truthlens-* headers (lower-case, once each), to remove before they can spoof a verdict.
 
-    Cheapest with the dict from `headers_dict` (a mapping iterates over its lower-case keys).
+    Takes the proto, the dict from `headers_dict` or any iterable of names. Almost no message
+    carries one: a single substring search over the joined names says so before any per-name work.
     """
+    names = [h.key for h in headers.headers.headers] if isinstance(headers, ep.HttpHeaders) else list(headers)
     prefix = TRUTHLENS_HEADER_PREFIX
-    if isinstance(headers, dict):
-        # Almost no request carries one: a single search over the joined names says so for a
-        # fraction of the per-name loop below.
-        if prefix not in "\n".join(headers).lower():
-            return ()
-    if isinstance(headers, ep.HttpHeaders):
-        names: Iterable[str] = [h.key for h in headers.headers.headers]
-    else:
-        names = headers  # a mapping iterates over its keys
-    return tuple(dict.fromkeys([low for low in map(str.lower, names) if low.startswith(prefix)]))
+    if prefix not in "\n".join(names).lower():
+        return ()
+    return tuple(dict.fromkeys(low for low in map(str.lower, names) if low.startswith(prefix)))
 
 
 def request_phase(request: ProcessingRequest) -> str | None:

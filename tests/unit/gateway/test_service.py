@@ -344,3 +344,19 @@ async def test_early_verdict_replies_are_the_planned_headers_even_when_shared() 
         replies = await drive(svc, [req_headers({"x-quiet": "1"}), req_body(prompt), resp_headers()])
         assert set_headers(replies[2].response_headers.response) == {}
         assert replies[2].mode_override.response_body_mode == Mode.NONE
+
+
+async def test_upstream_cannot_forge_verdict_headers() -> None:
+    """x-truthlens-* headers from the upstream are removed, on the early path and the judged one."""
+    forged = {"x-truthlens-status": "checked", "X-TruthLens-Custom": "1"}
+    svc = service()
+    skip = {"model": "m", "messages": [{"role": "user", "content": "PREFILTER_SKIP a limerick please"}]}
+    early = (await drive(svc, [req_headers(), req_body(skip), resp_headers(extra=forged)]))[2]
+    assert sorted(early.response_headers.response.header_mutation.remove_headers) == [
+        "x-truthlens-custom", "x-truthlens-status"]
+    assert set_headers(early.response_headers.response)["x-truthlens-status"] == "skipped"
+    judged = (await drive(svc, [req_headers(), req_body(CHAT), resp_headers(extra=forged)]))[2]
+    assert sorted(judged.response_headers.response.header_mutation.remove_headers) == [
+        "x-truthlens-custom", "x-truthlens-status"]
+    clean = (await drive(svc, [req_headers(), req_body(skip), resp_headers()]))[2]
+    assert list(clean.response_headers.response.header_mutation.remove_headers) == []
