@@ -1,0 +1,47 @@
+"""The gateway benchmarks still run end to end (tiny sizes; no timing is asserted, only that each
+setup answered and the reports carry what docs/gateway.md quotes from them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_gateway_bench_runs_every_setup_and_reports_the_targets(tmp_path: Path) -> None:
+    out = tmp_path / "gateway.md"
+    subprocess.run(
+        [sys.executable, "bench/gateway_bench.py", "--requests", "24", "--rounds", "2", "--warmup", "4",
+         "--concurrency", "1", "4", "--out", str(out)],
+        cwd=REPO, check=True, capture_output=True, timeout=300,
+    )
+    results = json.loads(out.with_suffix(".json").read_text())
+    setups = results["setups"]
+    assert set(setups) == {"direct upstream", "bare Envoy", "Envoy + do-nothing ext_proc",
+                           "Envoy + TruthLens (non-factual prompt)"}
+    for label, rows in setups.items():
+        assert [r["concurrency"] for r in rows] == [1, 4]
+        for r in rows:
+            assert r["requests"] == 24 and len(r["round_p50_ms"]) == 2 and r["rps"] > 0
+    assert setups["Envoy + TruthLens (non-factual prompt)"][0]["verdict_statuses"] == {"skipped": 24}
+    assert setups["Envoy + do-nothing ext_proc"][0]["sidecar_cpu_ms_per_request"] > 0
+    report = out.read_text()
+    assert "| 1 | " in report and "| 4 | " in report and "## Target" in report
+    assert "decides this prompt" in report  # the automatic note says how the prompt was classified
+
+
+def test_hotpath_bench_times_both_processors(tmp_path: Path) -> None:
+    out = tmp_path / "hotpath.md"
+    subprocess.run(
+        [sys.executable, "bench/hotpath_bench.py", "--requests", "200", "--repeats", "2", "--out", str(out),
+         "--note", "smoke"],
+        cwd=REPO, check=True, capture_output=True, timeout=300,
+    )
+    r = json.loads(out.with_suffix(".json").read_text())
+    assert len(r["truthlens_us"]) == 2 and len(r["noop_us"]) == 2
+    assert all(x > 0 for x in r["truthlens_us"] + r["noop_us"])
+    assert r["decided_by"] == "prefilter"
+    assert "| TruthLens |" in out.read_text() and "* smoke" in out.read_text()
