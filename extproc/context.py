@@ -48,6 +48,9 @@ class RequestContext:
     decision: Any = None  # extproc.policy.decisions.Decision (name, enabled, mode, action, threshold)
     # request body
     request_done: bool = False  # the request body phase finished (else the verdict is unchecked/error)
+    # Our last reply told Envoy to send nothing more (SKIP_REST, or the verdict was fixed before the
+    # answer and the response body is not wanted): the stream can end without waiting for Envoy.
+    exchange_done: bool = False
     question: str | None = None
     system_prompt: str | None = None
     grounding: tuple[str, ...] = ()

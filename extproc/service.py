@@ -47,14 +47,23 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
                     if ctx is not None and ctx.route is Route.CHAT:  # every log line of this stream gets the id
                         log_tokens = bind_request(ctx.request_id)
                     yield reply
+                    if ctx is not None and ctx.exchange_done:
+                        break
                     continue
                 if ctx is None:  # Envoy always starts with request headers; be defensive anyway
                     yield continue_reply(phase)
                     continue
-                if phase == "response_body" and ctx.body_kind is BodyKind.JSON and self.phases.wants_mitigation(ctx):
-                    # standard/premium may re-ask an LLM: ask Envoy for more than message_timeout first
-                    yield ev.timeout_extension_response(self.rt.mitigator.budget_s(ctx.decision.mode))
-                yield await self._dispatch(ctx, phase, req)
+                reply = self._reply_now(ctx, phase, req)
+                if reply is None:  # this phase may wait (a model, a mitigation LLM call)
+                    if phase == "response_body" and ctx.body_kind is BodyKind.JSON and self.phases.wants_mitigation(ctx):
+                        # standard/premium may re-ask an LLM: ask Envoy for more than message_timeout first
+                        yield ev.timeout_extension_response(self.rt.mitigator.budget_s(ctx.decision.mode))
+                    reply = await self._dispatch(ctx, phase, req)
+                yield reply
+                if ctx.exchange_done:
+                    # Envoy sends nothing more on this stream: closing it now spares both sides
+                    # the end-of-stream round (Envoy goes on without us after a clean close).
+                    break
             outcome = "completed"
         finally:
             self.active_streams -= 1
@@ -74,13 +83,21 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
             log.exception("request_headers failed; passing the request through")
             return None, continue_reply("request_headers")
 
-    async def _dispatch(self, ctx: RequestContext, phase: str, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
+    def _reply_now(self, ctx: RequestContext, phase: str, req: pb.ProcessingRequest) -> pb.ProcessingResponse | None:
+        """The phases that never wait, answered without a coroutine (most messages); None: use `_dispatch`."""
         try:
             if phase == "request_body":
                 return self.phases.request_body(ctx, req.request_body)
+            if phase == "response_headers" and ctx.sentinel_task is None:
+                return self.phases.response_headers_now(ctx, req.response_headers)
+            return None
+        except Exception:  # noqa: BLE001 - the request must survive any bug of ours
+            log.exception("request %s: %s failed; passing through unchecked", ctx.request_id, phase)
+            return self._error_reply(ctx, phase)
+
+    async def _dispatch(self, ctx: RequestContext, phase: str, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
+        try:
             if phase == "response_headers":
-                if ctx.sentinel_task is None:
-                    return self.phases.response_headers_now(ctx, req.response_headers)
                 return await self.phases.response_headers(ctx, req.response_headers)
             if phase == "response_body":
                 kind = ctx.body_kind

@@ -74,6 +74,7 @@ class Phases:
         spoofed = ev.truthlens_header_names(headers)
         if not is_chat_route(ctx.method, ctx.path) or http.end_of_stream:
             # Not ours to judge: no body, no response work, no verdict headers.
+            ctx.exchange_done = True
             if not spoofed:
                 return ctx, _PASSTHROUGH_REPLY
             return ctx, ev.request_headers_response(remove_headers=spoofed, mode_override=ev.SKIP_REST_MODE)
@@ -216,6 +217,7 @@ class Phases:
             else:
                 ctx.fix_status(Status.UNCHECKED, UncheckedReason.UNSUPPORTED_CONTENT)
         ctx.verdict = self._early_verdict(ctx)
+        ctx.exchange_done = True  # NO_RESPONSE_BODY_MODE: the body never comes (trailers are never asked for)
         if spoofed:
             plan = plan_actions(ctx.verdict, ctx.decision, self.tl)
             return ev.response_headers_response(plan.headers, spoofed, NO_RESPONSE_BODY_MODE)

@@ -40,13 +40,14 @@ def feature_set(text: str, buckets: int) -> set[int]:
     if not words:
         return {0}
     h = [zlib.crc32(w.encode()) for w in words]
-    feats = set(h)
-    feats.update(a * 1_000_003 + b for a, b in zip(h, h[1:]))
-    feats.add(h[0] * 7_919 + 17)  # the opening word: "write", "who", "fix", ...
-    if len(h) > 1:
-        feats.add(h[0] * 104_729 + h[1] * 31 + 5)
-    feats.add(min(len(h), MAX_WORDS - 1) // 6 * 7 + 3)  # length bucket
-    return {f % buckets for f in feats}
+    n = len(h)
+    feats = {f % buckets for f in h}
+    if n > 1:
+        feats.update([(a * 1_000_003 + b) % buckets for a, b in zip(h, h[1:])])
+        feats.add((h[0] * 104_729 + h[1] * 31 + 5) % buckets)  # the opening word pair
+    feats.add((h[0] * 7_919 + 17) % buckets)  # the opening word: "write", "who", "fix", ...
+    feats.add((min(n, MAX_WORDS - 1) // 6 * 7 + 3) % buckets)  # length bucket
+    return feats
 
 
 def features(text: str, buckets: int) -> np.ndarray:

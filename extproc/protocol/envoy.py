@@ -127,13 +127,22 @@ def headers_dict(headers: ep.HttpHeaders | base_pb2.HeaderMap) -> dict[str, str]
     return out
 
 
+_PREFIX_BYTES = TRUTHLENS_HEADER_PREFIX.encode()
+
+
 def truthlens_header_names(headers: ep.HttpHeaders | Mapping[str, str] | Iterable[str]) -> tuple[str, ...]:
     """Names of x-truthlens-* headers (lower-case, once each), to remove before they can spoof a verdict.
 
     Takes the proto, the dict from `headers_dict` or any iterable of names. Almost no message
-    carries one: a single substring search over the joined names says so before any per-name work.
+    carries one: a single substring search says so before any per-name work (on the proto, over
+    its serialized bytes: reading each entry would build a Python object per header).
     """
-    names = [h.key for h in headers.headers.headers] if isinstance(headers, ep.HttpHeaders) else list(headers)
+    if isinstance(headers, ep.HttpHeaders):
+        if _PREFIX_BYTES not in headers.headers.SerializeToString().lower():
+            return ()
+        names = [h.key for h in headers.headers.headers]
+    else:
+        names = list(headers)
     prefix = TRUTHLENS_HEADER_PREFIX
     if prefix not in "\n".join(names).lower():
         return ()

@@ -168,8 +168,12 @@ def parse_chat_request(body: bytes, rag_field: str | None = "truthlens_context")
         role = msg.get("role")
         if not isinstance(role, str):
             raise ProtocolError(f"messages[{i}].role must be a string")
-        text, other = content_text(msg.get("content"), f"messages[{i}].content")
-        non_text += other
+        content = msg.get("content")
+        if isinstance(content, str):  # the common case: no parts to walk
+            text = content
+        else:
+            text, other = content_text(content, f"messages[{i}].content")
+            non_text += other
         if role == "user":
             question = text if text.strip() else None
         elif role in _SYSTEM_ROLES:

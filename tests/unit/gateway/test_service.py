@@ -360,3 +360,29 @@ async def test_upstream_cannot_forge_verdict_headers() -> None:
         "x-truthlens-custom", "x-truthlens-status"]
     clean = (await drive(svc, [req_headers(), req_body(skip), resp_headers()]))[2]
     assert list(clean.response_headers.response.header_mutation.remove_headers) == []
+
+
+async def drive_counting(svc: TruthLensService, messages: list[pb.ProcessingRequest]) -> tuple[int, int]:
+    """(replies, messages the service pulled from the stream)."""
+    pulled = 0
+
+    async def it() -> AsyncIterator[pb.ProcessingRequest]:
+        nonlocal pulled
+        for m in messages:
+            pulled += 1
+            yield m
+
+    replies = [r async for r in svc.Process(it(), None)]
+    return len(replies), pulled
+
+
+async def test_the_stream_ends_once_envoy_has_nothing_more_to_send() -> None:
+    """After SKIP_REST or an early verdict (body not wanted) the service closes the stream itself."""
+    svc = service()
+    skip = {"model": "m", "messages": [{"role": "user", "content": "PREFILTER_SKIP a limerick please"}]}
+    stray = resp_body(b"{}")  # Envoy never sends it after these replies; if it were read, it would count
+    assert await drive_counting(svc, [req_headers(path="/v1/models", method="GET"), stray]) == (1, 1)
+    assert await drive_counting(svc, [req_headers(), req_body(skip), resp_headers(), stray]) == (3, 3)
+    # a judged answer needs the body: the stream stays open for it
+    answer = json.dumps(completion_json("The tower is 330 metres tall.", "m")).encode()
+    assert await drive_counting(svc, [req_headers(), req_body(CHAT), resp_headers(), resp_body(answer)]) == (4, 4)
