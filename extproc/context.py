@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Any
 
 from extproc.inference.api import DetectionResult, SentinelResult
+from extproc.protocol.envoy import header_text, headers_dict
 
 
 class Route(Enum):
@@ -36,11 +37,11 @@ class BodyKind(Enum):
 
 @dataclass(slots=True)
 class RequestContext:
-    request_id: str
     method: str = ""
     path: str = ""
-    authority: str = ""
-    request_headers: dict[str, str] = field(default_factory=dict)
+    # The request headers as Envoy sent them (ext_proc HttpHeaders). Decoded into a dict only when
+    # something reads `request_headers` or `request_id`: on the common path nothing does.
+    http_headers: Any = None
     route: Route = Route.PASSTHROUGH
     started: float = field(default_factory=time.perf_counter)
 
@@ -78,17 +79,49 @@ class RequestContext:
     iterations: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
     verdict: Any = None  # extproc.policy.verdict.Verdict once decided
+    _headers: dict[str, str] | None = None
+    _request_id: str | None = None
+
+    @classmethod
+    def from_http(cls, http: Any) -> RequestContext:
+        """From request headers: method and path now, everything else on first use.
+
+        Envoy sends the pseudo-headers first, so this reads a handful of entries instead of
+        decoding every header of every request; any other order falls back to the full dict.
+        """
+        method = path = ""
+        for header in http.headers.headers:
+            key = header.key
+            if key == ":method":
+                method = header_text(header)
+            elif key == ":path":
+                path = header_text(header)
+            elif not key.startswith(":"):
+                break
+            if method and path:
+                return cls(method=method, path=path, http_headers=http)
+        ctx = cls(http_headers=http)
+        ctx.method, ctx.path = ctx.request_headers.get(":method", ""), ctx.request_headers.get(":path", "")
+        return ctx
 
     @classmethod
     def from_headers(cls, headers: dict[str, str]) -> RequestContext:
-        rid = headers.get("x-request-id") or uuid.uuid4().hex
-        return cls(
-            request_id=rid,
-            method=headers.get(":method", ""),
-            path=headers.get(":path", ""),
-            authority=headers.get(":authority", headers.get("host", "")),
-            request_headers=headers,
-        )
+        """From an already decoded header dict (tests, tools)."""
+        return cls(method=headers.get(":method", ""), path=headers.get(":path", ""), _headers=headers)
+
+    @property
+    def request_headers(self) -> dict[str, str]:
+        """Lower-case name -> value (see extproc.protocol.envoy.headers_dict), decoded once."""
+        if self._headers is None:
+            self._headers = headers_dict(self.http_headers) if self.http_headers is not None else {}
+        return self._headers
+
+    @property
+    def request_id(self) -> str:
+        """Envoy's x-request-id (a fresh id when there is none), read on first use: logs, mitigation."""
+        if self._request_id is None:
+            self._request_id = self.request_headers.get("x-request-id") or uuid.uuid4().hex
+        return self._request_id
 
     def mark(self, stage: str, since: float) -> float:
         """Record the time spent in `stage` (ms) since perf_counter value `since`; returns now."""

@@ -36,7 +36,7 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
         self, request_iterator: AsyncIterator[pb.ProcessingRequest], context: object
     ) -> AsyncIterator[pb.ProcessingResponse]:
         ctx: RequestContext | None = None
-        log_tokens = None
+        log_token = None
         self.active_streams += 1
         outcome = "aborted"
         try:
@@ -45,7 +45,7 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
                 if phase == "request_headers":
                     ctx, reply = self._start(req.request_headers)
                     if ctx is not None and ctx.route is Route.CHAT:  # every log line of this stream gets the id
-                        log_tokens = bind_request(ctx.request_id)
+                        log_token = bind_request(ctx)  # read from ctx only when a line is logged
                     yield reply
                     if ctx is not None and ctx.exchange_done:
                         break
@@ -70,9 +70,9 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
             if ctx is not None:
                 ctx.cancel_pending()
             self._finish(ctx, outcome)
-            if log_tokens is not None:
+            if log_token is not None:
                 try:
-                    unbind_request(log_tokens)
+                    unbind_request(log_token)
                 except ValueError:  # finalized from another context (generator closed late): nothing to undo there
                     pass
 

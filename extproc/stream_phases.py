@@ -69,9 +69,8 @@ class Phases:
     # ---- request -----------------------------------------------------------------------
 
     def request_headers(self, http: pb.HttpHeaders) -> tuple[RequestContext, pb.ProcessingResponse]:
-        headers = ev.headers_dict(http)
-        ctx = RequestContext.from_headers(headers)
-        spoofed = ev.truthlens_header_names(headers)
+        ctx = RequestContext.from_http(http)
+        spoofed = ev.truthlens_header_names(http)
         if not is_chat_route(ctx.method, ctx.path) or http.end_of_stream:
             # Not ours to judge: no body, no response work, no verdict headers.
             ctx.exchange_done = True
@@ -80,7 +79,7 @@ class Phases:
             return ctx, ev.request_headers_response(remove_headers=spoofed, mode_override=ev.SKIP_REST_MODE)
         ctx.route = Route.CHAT
         if not self.rt.policy.uses_question:
-            ctx.decision = self.rt.policy.decide(headers)
+            self._decide(ctx, None)
         return ctx, ev.request_headers_response(FORCE_IDENTITY, spoofed) if spoofed else _CHAT_REQUEST_REPLY
 
     def request_body(self, ctx: RequestContext, http: pb.HttpBody) -> pb.ProcessingResponse:
@@ -145,8 +144,10 @@ class Phases:
         self._settle(ctx)
 
     def _decide(self, ctx: RequestContext, question: str | None):  # -> Decision
-        if ctx.decision is None or self.rt.policy.uses_question:
-            ctx.decision = self.rt.policy.decide(ctx.request_headers, question)
+        policy = self.rt.policy
+        if ctx.decision is None or policy.uses_question:
+            # Without configured decisions the default applies: the headers are never decoded.
+            ctx.decision = policy.decide(ctx.request_headers, question) if policy.has_decisions else policy.default
         return ctx.decision
 
     def _sentinel_prompt(self, ctx: RequestContext) -> str:

@@ -105,7 +105,7 @@ def effective_decision(tl: TruthLensConfig, d: DecisionConfig | None) -> Decisio
 class Policy:
     """Compiled decisions of one Config; immutable, safe to share across requests."""
 
-    __slots__ = ("default", "uses_question", "_decisions")
+    __slots__ = ("default", "uses_question", "has_decisions", "_decisions")
 
     def __init__(self, cfg: Config) -> None:
         ordered = sorted(cfg.decisions, key=lambda d: -d.priority)  # stable: ties keep file order
@@ -117,6 +117,7 @@ class Policy:
             )
             for d in ordered
         )
+        self.has_decisions = bool(self._decisions)  # False: every request gets `default`, headers unread
         self.default = effective_decision(cfg.truthlens, None)
         # Keyword rules need the request body; without them a decision can be chosen from headers alone.
         self.uses_question = any(c.type == "keyword" for d in cfg.decisions for c in d.rules.conditions)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 from contextlib import contextmanager
+from contextvars import ContextVar, Token
 from typing import Any, Iterator, Mapping, MutableMapping, TextIO
 
 import structlog
@@ -81,6 +82,7 @@ def configure_logging(level: str = "info", log_content: bool = False, stream: Te
     """
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
+        add_request_id,
         structlog.stdlib.add_logger_name,
         structlog.stdlib.add_log_level,
         structlog.stdlib.ExtraAdder(),  # stdlib `extra={...}` fields become JSON keys (and get redacted)
@@ -133,19 +135,36 @@ def get_logger(name: str = "truthlens", **initial: Any) -> Any:
     return structlog.get_logger(name, **initial)
 
 
-def bind_request(request_id: str, **fields: Any) -> Mapping[str, Any]:
-    """Tag every log line of the current task (one ext_proc stream) with request_id; returns reset tokens."""
-    return structlog.contextvars.bind_contextvars(request_id=request_id, **fields)
+# The current ext_proc stream's request id: a str, or an object with a `request_id` attribute
+# (the RequestContext) read only when a line is actually logged. Most requests log nothing, and
+# their id would otherwise have to be read from the request headers up front.
+_REQUEST: ContextVar[Any] = ContextVar("truthlens_request", default=None)
 
 
-def unbind_request(tokens: Mapping[str, Any]) -> None:
-    structlog.contextvars.reset_contextvars(**tokens)
+def add_request_id(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: the bound request's id on every line of its task."""
+    source = _REQUEST.get()
+    if source is not None and "request_id" not in event_dict:
+        event_dict["request_id"] = source if isinstance(source, str) else source.request_id
+    return event_dict
+
+
+def bind_request(source: Any) -> Token[Any]:
+    """Tag every log line of the current task (one ext_proc stream); `source`: an id or an object with `request_id`."""
+    return _REQUEST.set(source)
+
+
+def unbind_request(token: Token[Any]) -> None:
+    _REQUEST.reset(token)
 
 
 @contextmanager
 def request_logging(request_id: str, **fields: Any) -> Iterator[None]:
-    tokens = bind_request(request_id, **fields)
+    token = bind_request(request_id)
+    extra: Mapping[str, Any] = structlog.contextvars.bind_contextvars(**fields) if fields else {}
     try:
         yield
     finally:
-        unbind_request(tokens)
+        if extra:
+            structlog.contextvars.reset_contextvars(**extra)
+        unbind_request(token)

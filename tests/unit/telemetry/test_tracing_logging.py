@@ -137,3 +137,29 @@ def test_telemetry_imports_no_other_truthlens_layer() -> None:
             if isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             assert not [n for n in names if n.startswith("extproc") and not n.startswith("extproc.telemetry")], path
+
+
+def test_a_bound_request_object_is_read_only_when_a_line_is_logged() -> None:
+    from extproc.telemetry.logging import bind_request, unbind_request
+
+    class Source:
+        reads = 0
+
+        @property
+        def request_id(self) -> str:
+            Source.reads += 1
+            return "req-lazy"
+
+    out = io.StringIO()
+    configure_logging("info", log_content=False, stream=out)
+    token = bind_request(Source())
+    try:
+        logging.getLogger("truthlens.service").debug("filtered by level")
+        assert Source.reads == 0
+        logging.getLogger("truthlens.service").info("logged")
+    finally:
+        unbind_request(token)
+    logging.getLogger("truthlens.service").info("after")
+    first, second = lines(out)
+    assert first["request_id"] == "req-lazy" and Source.reads == 1
+    assert "request_id" not in second
