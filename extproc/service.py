@@ -39,8 +39,9 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
         log_token = None
         self.active_streams += 1
         outcome = "aborted"
+        messages = request_iterator.__aiter__()
         try:
-            async for req in request_iterator:
+            async for req in messages:
                 phase = req.WhichOneof("request")
                 if phase == "request_headers":
                     ctx, reply = self._start(req.request_headers)
@@ -65,6 +66,8 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
                     # the end-of-stream round (Envoy goes on without us after a clean close).
                     break
             outcome = "completed"
+            if ctx is not None and ctx.exchange_done:
+                await close_reader(messages)
         finally:
             self.active_streams -= 1
             if ctx is not None:
@@ -146,6 +149,17 @@ _CONTINUE = {
     "request_trailers": pb.ProcessingResponse(request_trailers=pb.TrailersResponse()),
     "response_trailers": pb.ProcessingResponse(response_trailers=pb.TrailersResponse()),
 }
+
+
+async def close_reader(messages: AsyncIterator[pb.ProcessingRequest]) -> None:
+    """Close the stream's message reader we left early (grpc.aio's is an async generator).
+
+    Left open, it is finalized by the garbage collector, and asyncio then schedules a task per
+    stream just to close it: doing it here is a plain await.
+    """
+    aclose = getattr(messages, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def continue_reply(phase: str) -> pb.ProcessingResponse:
