@@ -339,7 +339,9 @@ def auto_notes(args: argparse.Namespace) -> list[str]:
     else:
         notes.append(f"Bundled models. The sentinel's lexical prefilter decides this prompt (P(factual) {p:.4f}) "
                      "without the encoder, inline in about 10 microseconds.")
-    notes.append("Verdict `skipped` (non-factual): the response body never goes to the sidecar.")
+    notes.append("Verdict `skipped` (non-factual): three messages per request (the response body never goes to the "
+                 "sidecar, which ends the gRPC stream itself after the response headers); the do-nothing "
+                 "processor gets four.")
     return notes
 
 

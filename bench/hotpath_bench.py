@@ -5,7 +5,7 @@ chat request (request headers, request body, response headers: the response body
 see docs/gateway.md) and times whole streams, next to the do-nothing processor of
 bench/gateway_bench.py answering the four messages it gets. Messages are parsed from bytes and
 replies serialized, as gRPC would. This is the hot-loop cost (warm caches, one core to itself);
-on a saturated machine shared with Envoy the same code costs 2-3x more, which is what
+on a saturated machine shared with Envoy the same code costs several times more, which is what
 bench/gateway_bench.py measures.
 
     .venv/bin/python bench/hotpath_bench.py --requests 20000
@@ -114,7 +114,8 @@ def report(r: dict[str, Any]) -> str:
         "`TruthLensService.Process` in-process: request headers, request body, response headers (the "
         "verdict is fixed before the answer, so the response body is never sent). Metrics on, as "
         "deployed. The do-nothing processor answers the four messages it gets. Median of the repeats; "
-        "warm caches and an idle core, so a saturated machine pays 2-3x this (bench/results/gateway.md).",
+        "warm caches and an idle core; on the saturated 2 cores of bench/results/gateway.md the same code costs several "
+        "times this.",
         "",
         "| processor | µs per request (median) | repeats |",
         "|---|---:|---|",
