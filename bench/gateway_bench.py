@@ -338,7 +338,7 @@ def auto_notes(args: argparse.Namespace) -> list[str]:
                      f"{p:.4f}), so the MiniLM sentinel encoder runs on every request, while the request is upstream.")
     else:
         notes.append(f"Bundled models. The sentinel's lexical prefilter decides this prompt (P(factual) {p:.4f}) "
-                     "without the encoder, inline in about 10 microseconds.")
+                     "without the encoder, inline in a few microseconds.")
     notes.append("Verdict `skipped` (non-factual): three messages per request (the response body never goes to the "
                  "sidecar, which ends the gRPC stream itself after the response headers); the do-nothing "
                  "processor gets four.")

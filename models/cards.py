@@ -142,9 +142,11 @@ def _prefilter_section(pf: dict[str, Any]) -> list[str]:
     lines = [
         "## Lexical prefilter (`prefilter.npz`)",
         "",
-        "A logistic regression over hashed word unigrams/bigrams (`extproc/inference/prefilter.py`, trained by "
-        f"`models/train_prefilter.py` on the same training prompts in {pf['train_seconds']} s, "
-        f"{pf['nonzero_weights']} non-zero of {c['buckets']} fp16 weights) decides a prompt without the encoder when "
+        "A logistic regression over word unigrams/bigrams, the opening word and pair and a length bucket "
+        "(`extproc/inference/prefilter.py`, trained by "
+        f"`models/train_prefilter.py` on the same training prompts in {pf['train_seconds']} s; "
+        f"{pf['features']} features seen in at least {c['min_count']} training prompts, fp16 weights) decides a "
+        "prompt without the encoder when "
         f"P(factual) <= {c['non_factual_below']} or >= {c['factual_above']}; the band is fixed in `train.yaml`, "
         "not tuned on dev. Everything in between goes to the model above.",
         "",

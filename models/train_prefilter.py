@@ -3,8 +3,8 @@
     python -m models.train_prefilter --config models/sentinel/train.yaml --model models/sentinel
 
 Same data and splits as the sentinel (whole held-out dev sources). The model is a logistic
-regression over hashed word n-grams (extproc/inference/prefilter.py), fitted with
-Adagrad in numpy in seconds. Its confidence band is fixed in the config, not tuned on dev;
+regression over word n-gram features (extproc/inference/prefilter.py) seen at least `min_count`
+times in training, fitted with Adagrad in numpy in seconds. Its confidence band is fixed in the config, not tuned on dev;
 5-fold cross-validation on the training prompts reports the in-distribution precision at
 the band, and dev reports what the cascade (prefilter when confident, else the served
 int8 sentinel at its recommended threshold) does on sources it never saw.
@@ -15,19 +15,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from extproc.inference.prefilter import LexicalPrefilter, PrefilterBand, features
+from extproc.inference.prefilter import LexicalPrefilter, PrefilterBand, feature_indices, feature_keys
 
 
-def fit(features: Sequence[np.ndarray], y: np.ndarray, buckets: int, epochs: int, lr: float, l2: float,
+def vocabulary(texts: Sequence[str], min_count: int) -> list[str]:
+    """Features seen in at least `min_count` training prompts, sorted (their index is their position)."""
+    counts = Counter(k for t in texts for k in feature_keys(t))
+    return sorted(k for k, c in counts.items() if c >= min_count)
+
+
+def fit(features: Sequence[np.ndarray], y: np.ndarray, dims: int, epochs: int, lr: float, l2: float,
         seed: int) -> tuple[np.ndarray, float]:
     """Class-weighted logistic regression, sparse Adagrad (one pass per epoch, shuffled)."""
-    w = np.zeros(buckets)
-    g2 = np.full(buckets, 1e-8)
+    w = np.zeros(dims)
+    g2 = np.full(dims, 1e-8)
     b, gb2 = 0.0, 1e-8
     counts = np.bincount(y.astype(int), minlength=2)
     cw = counts.sum() / (2 * np.maximum(counts, 1))
@@ -61,15 +68,22 @@ def band_report(p: np.ndarray, y: np.ndarray, band: PrefilterBand) -> dict[str, 
             "precision": round(float(correct.sum() / max(1, conf.sum())), 4)}
 
 
-def cross_validate(features: Sequence[np.ndarray], y: np.ndarray, pcfg: dict[str, Any], band: PrefilterBand,
+def featurize(texts: Sequence[str], vocab: Sequence[str]) -> list[np.ndarray]:
+    index = {k: i for i, k in enumerate(vocab)}
+    return [feature_indices(t, index) for t in texts]
+
+
+def cross_validate(texts: Sequence[str], y: np.ndarray, pcfg: dict[str, Any], band: PrefilterBand,
                    seed: int, folds: int = 5) -> dict[str, Any]:
-    fold = np.random.default_rng(seed).integers(0, folds, len(features))
-    oof = np.zeros(len(features))
+    """Out-of-fold probabilities, the vocabulary rebuilt inside each fold (as training would)."""
+    fold = np.random.default_rng(seed).integers(0, folds, len(texts))
+    oof = np.zeros(len(texts))
     for k in range(folds):
         train = fold != k
-        w, b = fit([f for f, t in zip(features, train) if t], y[train], pcfg["buckets"], pcfg["epochs"],
-                   pcfg["lr"], pcfg["l2"], seed)
-        oof[~train] = _probs(w, b, [f for f, t in zip(features, train) if not t])
+        fit_texts = [t for t, m in zip(texts, train) if m]
+        vocab = vocabulary(fit_texts, pcfg["min_count"])
+        w, b = fit(featurize(fit_texts, vocab), y[train], len(vocab), pcfg["epochs"], pcfg["lr"], pcfg["l2"], seed)
+        oof[~train] = _probs(w, b, featurize([t for t, m in zip(texts, train) if not m], vocab))
     return {"folds": folds, "accuracy_at_0.5": round(float(np.mean((oof >= 0.5) == y)), 4), **band_report(oof, y, band)}
 
 
@@ -104,15 +118,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     band = PrefilterBand(pcfg["non_factual_below"], pcfg["factual_above"])
     model_dir = Path(args.model)
     splits = build_splits(cfg, Path(args.data))
-    featurize = lambda items: [features(t, pcfg["buckets"]) for t, _, _ in items]  # noqa: E731
-    x_train, y_train = featurize(splits["train"]), np.array([lab for _, lab, _ in splits["train"]], dtype=float)
+    texts = [t for t, _, _ in splits["train"]]
+    y_train = np.array([lab for _, lab, _ in splits["train"]], dtype=float)
     with common.timed() as t_fit:
-        w, b = fit(x_train, y_train, pcfg["buckets"], pcfg["epochs"], pcfg["lr"], pcfg["l2"], cfg["seed"])
-    report: dict[str, Any] = {"config": {k: pcfg[k] for k in sorted(pcfg)}, "train_prompts": len(x_train),
-                              "train_seconds": t_fit["seconds"], "nonzero_weights": int(np.count_nonzero(w))}
+        vocab = vocabulary(texts, pcfg["min_count"])
+        w, b = fit(featurize(texts, vocab), y_train, len(vocab), pcfg["epochs"], pcfg["lr"], pcfg["l2"], cfg["seed"])
+    report: dict[str, Any] = {"config": {k: pcfg[k] for k in sorted(pcfg)}, "train_prompts": len(texts),
+                              "train_seconds": t_fit["seconds"], "features": len(vocab),
+                              "nonzero_weights": int(np.count_nonzero(w))}
     if not args.no_cv:
-        report["cross_validation"] = cross_validate(x_train, y_train, pcfg, band, cfg["seed"])
-    pre = LexicalPrefilter(w, b, band, {"seed": cfg["seed"], "config": args.config})
+        report["cross_validation"] = cross_validate(texts, y_train, pcfg, band, cfg["seed"])
+    pre = LexicalPrefilter.from_vocabulary(vocab, w, b, band, {"seed": cfg["seed"], "config": args.config})
     pre.save(model_dir)
     if splits["dev"]:
         from extproc.inference.models import OnnxModel, Sentinel
@@ -123,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sentinel = Sentinel(OnnxModel(model_dir, "sentinel", RuntimeOptions(provider="cpu", intra_op_threads=1)))
         dev = splits["dev"]
         p_model = np.array(sentinel.predict_batch([t for t, _, _ in dev]))
-        p_lex = _probs(w, b, featurize(dev))
+        served = LexicalPrefilter.load(model_dir)  # as the gateway scores: the saved fp16 weights
+        p_lex = np.array([served.probability(t) for t, _, _ in dev])
         threshold = float(metrics.get("threshold", 0.5))
         report["dev"] = cascade_report(dev, p_lex, p_model, threshold, band)
         if metrics:

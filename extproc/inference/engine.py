@@ -135,7 +135,7 @@ class OnnxEngine:
     def prefilter_prompt(self, prompt: str) -> SentinelResult | None:
         """The lexical prefilter's verdict when it is confident, else None (ask the model).
 
-        Synchronous on purpose: about 10 microseconds on at most 1 KB of text, so the
+        Synchronous on purpose: a few microseconds on at most 1 KB of text, so the
         gateway can settle the obvious prompts without a task, a timer or a thread hop.
         """
         if self.prefilter is None:

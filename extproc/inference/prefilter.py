@@ -1,15 +1,18 @@
 """Lexical prefilter in front of the sentinel: decide the obvious prompts without the encoder.
 
-A logistic regression over hashed lower-cased word unigrams and bigrams (plus the
-opening word pair and a length bucket) of the prompt's first 48 words. It answers only
+A logistic regression over the lower-cased word unigrams and bigrams (plus the opening word,
+the opening word pair and a length bucket) of the prompt's first 48 words. It answers only
 outside its confidence band: P(factual) <= `non_factual_below` -> no check,
 >= `factual_above` -> check; anything in between goes to the sentinel model. A
-"Write a poem" or "Fix this Python function" prompt then costs about 10 microseconds
-of regex and CRC32 instead of an encoder forward pass and two thread hand-offs.
+"Write a poem" or "Fix this Python function" prompt then costs a few microseconds of regex
+and dict lookups instead of an encoder forward pass and two thread hand-offs.
 
-Training (`models/train_prefilter.py`) and serving share `features`, so they cannot
-drift; the file records the feature version and a mismatch refuses to load. The weights
-live next to the sentinel as `prefilter.npz` (sparse: indices + fp16 values).
+Features are strings (`feature_keys`) and the weights a dict from feature to weight: serving
+is one regex pass and one `dict.get` per feature, all inside C loops; a feature unseen in
+training weighs nothing. Training (`models/train_prefilter.py`) and serving share
+`feature_keys`, so they cannot drift; the file records the feature version and a mismatch
+refuses to load. The weights live next to the sentinel as `prefilter.npz` (the features as
+one UTF-8 text, fp16 weights).
 """
 
 from __future__ import annotations
@@ -17,42 +20,43 @@ from __future__ import annotations
 import json
 import math
 import re
-import zlib
-from array import array
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
 from extproc.inference.manifest import ManifestError
 
 PREFILTER_FILE = "prefilter.npz"
-FEATURES = "word-uni-bi-crc32-v1"  # bump when `features` changes: old weights must not load
+FEATURES = "word-uni-bi-vocab-v2"  # bump when `feature_keys` changes: old weights must not load
 MAX_CHARS = 1024  # a huge prompt costs no more than a short one; its opening carries the intent
 MAX_WORDS = 48
 _WORD = re.compile(r"\w+|[^\w\s]")
+_LENGTH = tuple(f"#len{i}" for i in range(MAX_WORDS // 6))  # length buckets of 6 words
+_EMPTY = frozenset({"#empty"})
+_SEPARATOR = "\n"  # between features in the saved file: no feature contains whitespace but the bigram's space
 
 
-def feature_set(text: str, buckets: int) -> set[int]:
-    """Hashed feature indices of a prompt (stable across processes: CRC32, no hash salt)."""
+def feature_keys(text: str) -> set[str]:
+    """The prompt's features: words and punctuation marks, adjacent pairs ("who wrote"),
+    the opening word ("^who") and pair ("^^who wrote"), and a length bucket."""
     words = _WORD.findall(text[:MAX_CHARS].lower())[:MAX_WORDS]
     if not words:
-        return {0}
-    h = [zlib.crc32(w.encode()) for w in words]
-    n = len(h)
-    feats = {f % buckets for f in h}
-    if n > 1:
-        feats.update([(a * 1_000_003 + b) % buckets for a, b in zip(h, h[1:])])
-        feats.add((h[0] * 104_729 + h[1] * 31 + 5) % buckets)  # the opening word pair
-    feats.add((h[0] * 7_919 + 17) % buckets)  # the opening word: "write", "who", "fix", ...
-    feats.add((min(n, MAX_WORDS - 1) // 6 * 7 + 3) % buckets)  # length bucket
-    return feats
+        return set(_EMPTY)
+    keys = set(words)
+    keys.update(map(" ".join, zip(words, words[1:])))
+    keys.add("^" + words[0])
+    if len(words) > 1:
+        keys.add(f"^^{words[0]} {words[1]}")
+    keys.add(_LENGTH[min(len(words), MAX_WORDS - 1) // 6])
+    return keys
 
 
-def features(text: str, buckets: int) -> np.ndarray:
-    """`feature_set` as a unique index array, the form training indexes weights with."""
-    return np.fromiter(feature_set(text, buckets), dtype=np.int64)
+def feature_indices(text: str, index: Mapping[str, int]) -> np.ndarray:
+    """The prompt's features as indices into a training vocabulary (unknown ones dropped)."""
+    return np.fromiter((index[k] for k in feature_keys(text) if k in index), dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -67,21 +71,26 @@ class PrefilterBand:
 
 
 class LexicalPrefilter:
-    """Weights + band; `decide` returns True/False when confident, None to defer to the model."""
+    """Feature weights + band; `decide` returns True/False when confident, None to defer to the model."""
 
-    def __init__(self, weights: np.ndarray, bias: float, band: PrefilterBand, meta: dict[str, Any]) -> None:
-        self.weights = weights.astype(np.float32, copy=False)
-        self.buckets = int(weights.shape[0])
+    def __init__(self, weights: Mapping[str, float], bias: float, band: PrefilterBand, meta: dict[str, Any]) -> None:
+        self.weights = {k: float(v) for k, v in weights.items() if v}
         self.bias = float(bias)
         self.band = band
         self.meta = meta
-        # Serving sums a dozen weights per prompt: plain indexing into an array of doubles does
-        # that in about a microsecond, where numpy's per-call overhead alone costs several.
-        self._lookup = array("d", self.weights.tolist()).__getitem__
+        self._get = self.weights.get
+
+    @classmethod
+    def from_vocabulary(cls, vocabulary: Iterable[str], weights: np.ndarray, bias: float, band: PrefilterBand,
+                        meta: dict[str, Any]) -> LexicalPrefilter:
+        """From training's dense weight vector over its feature vocabulary (same order)."""
+        return cls(dict(zip(vocabulary, weights.tolist())), bias, band, meta)
+
+    def logit(self, text: str) -> float:
+        return sum(map(self._get, feature_keys(text), repeat(0.0))) + self.bias
 
     def probability(self, text: str) -> float:
-        z = sum(map(self._lookup, feature_set(text, self.buckets))) + self.bias
-        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, self.logit(text)))))
 
     def decide(self, text: str) -> tuple[bool | None, float]:
         """(needs_check or None when unsure, P(factual))."""
@@ -95,34 +104,36 @@ class LexicalPrefilter:
     # ---- persistence ---------------------------------------------------------------------
 
     def save(self, directory: str | Path) -> Path:
-        nz = np.flatnonzero(self.weights)
-        meta = {**self.meta, "features": FEATURES, "buckets": self.buckets,
-                "non_factual_below": self.band.non_factual_below, "factual_above": self.band.factual_above}
+        keys = sorted(self.weights)
+        meta = {**self.meta, "features": FEATURES, "non_factual_below": self.band.non_factual_below,
+                "factual_above": self.band.factual_above}
         path = Path(directory) / PREFILTER_FILE
+        text = _SEPARATOR.join(keys).encode("utf-8")
         with path.open("wb") as fh:
-            np.savez_compressed(fh, indices=nz.astype(np.int32), values=self.weights[nz].astype(np.float16),
+            np.savez_compressed(fh, features=np.frombuffer(text, dtype=np.uint8),
+                                values=np.array([self.weights[k] for k in keys], dtype=np.float16),
                                 bias=np.float32(self.bias), meta=np.array(json.dumps(meta, sort_keys=True)))
         return path
 
     @classmethod
-    def load(cls, directory: str | Path) -> "LexicalPrefilter":
+    def load(cls, directory: str | Path) -> LexicalPrefilter:
         path = Path(directory) / PREFILTER_FILE
         try:
             with np.load(path, allow_pickle=False) as data:
                 meta = json.loads(str(data["meta"]))
-                indices, values, bias = data["indices"], data["values"], float(data["bias"])
-        except (OSError, KeyError, ValueError) as exc:
+                if meta.get("features") != FEATURES:
+                    raise ManifestError(f"{path}: features {meta.get('features')!r}, this TruthLens computes "
+                                        f"{FEATURES!r}; retrain it (python -m models.train_prefilter) or delete the file")
+                text, values, bias = data["features"].tobytes().decode("utf-8"), data["values"], float(data["bias"])
+        except ManifestError:
+            raise
+        except (OSError, KeyError, ValueError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{path}: not a TruthLens prefilter file ({exc})") from exc
-        if meta.get("features") != FEATURES:
-            raise ManifestError(f"{path}: features {meta.get('features')!r}, this TruthLens computes {FEATURES!r}; "
-                                "retrain it (python -m models.train_prefilter) or delete the file")
-        buckets = int(meta.get("buckets", 0))
-        if buckets <= 0 or (indices.size and int(indices.max()) >= buckets) or indices.shape != values.shape:
-            raise ManifestError(f"{path}: {indices.size} weights do not fit {buckets} buckets")
+        keys = text.split(_SEPARATOR) if text else []
+        if len(keys) != values.shape[0]:
+            raise ManifestError(f"{path}: {values.shape[0]} weights for {len(keys)} features")
         try:
             band = PrefilterBand(float(meta["non_factual_below"]), float(meta["factual_above"]))
         except (KeyError, ValueError) as exc:
             raise ManifestError(f"{path}: bad confidence band ({exc})") from exc
-        weights = np.zeros(buckets, dtype=np.float32)
-        weights[indices] = values.astype(np.float32)
-        return cls(weights, bias, band, meta)
+        return cls(dict(zip(keys, values.astype(np.float64).tolist())), bias, band, meta)

@@ -13,24 +13,25 @@ import pytest
 
 from extproc.inference.engine import EngineSettings, build_engine
 from extproc.inference.manifest import ManifestError
-from extproc.inference.prefilter import PREFILTER_FILE, LexicalPrefilter, PrefilterBand, features
+from extproc.inference.prefilter import PREFILTER_FILE, LexicalPrefilter, PrefilterBand, feature_indices, feature_keys
 
-BUCKETS = 1 << 12
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_features_are_unique_in_range_and_ignore_case():
-    f = features("Write a poem, write a POEM!", BUCKETS)
-    assert len(f) == len(set(f.tolist())) and f.min() >= 0 and f.max() < BUCKETS
-    assert sorted(features("WRITE A POEM", BUCKETS).tolist()) == sorted(features("write a poem", BUCKETS).tolist())
-    assert sorted(features("write a poem", BUCKETS).tolist()) != sorted(features("write a song", BUCKETS).tolist())
-    assert features("", BUCKETS).tolist() == [0]
+def test_features_are_words_pairs_opening_and_length_and_ignore_case():
+    keys = feature_keys("Who wrote Hamlet?")
+    assert keys == {"who", "wrote", "hamlet", "?", "who wrote", "wrote hamlet", "hamlet ?", "^who", "^^who wrote",
+                    "#len0"}
+    assert feature_keys("WHO WROTE HAMLET?") == keys
+    assert feature_keys("write a poem") != feature_keys("write a song")
+    assert feature_keys("") == feature_keys("   ") == {"#empty"}
+    assert "#len7" in feature_keys("x " * 500)  # long prompts: first 48 words, top length bucket
 
 
 def test_features_do_not_depend_on_the_process_hash_seed():
-    """Training and serving run in different processes: Python's salted hash() would break this."""
-    code = ("import sys; from extproc.inference.prefilter import features; "
-            "print(sorted(features('Who wrote Hamlet? Write a poem.', 4096).tolist()))")
+    """Training and serving run in different processes: nothing may depend on Python's salted hash()."""
+    code = ("import sys; from extproc.inference.prefilter import feature_keys; "
+            "print(sorted(feature_keys('Who wrote Hamlet? Write a poem.')))")
     outs = {subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
     assert len(outs) == 1 and outs.pop().startswith("[")
@@ -38,19 +39,20 @@ def test_features_do_not_depend_on_the_process_hash_seed():
 
 def _prefilter(lo: float = 0.01, hi: float = 0.99) -> LexicalPrefilter:
     """Hand-set weights: 'poem' strongly non-factual, 'who' strongly factual."""
-    w = np.zeros(BUCKETS, dtype=np.float32)
-    w[features("poem", BUCKETS)] -= 3.0
-    w[features("who", BUCKETS)] += 3.0  # the shared length-bucket feature nets out to 0
-    return LexicalPrefilter(w, 0.0, PrefilterBand(lo, hi), {"note": "test"})
+    return LexicalPrefilter({"poem": -5.0, "^poem": -1.0, "who": 5.0, "^who": 1.0}, 0.0, PrefilterBand(lo, hi),
+                            {"note": "test"})
 
 
 def test_serving_scores_what_training_computes():
-    """Serving sums a sparse dict; training indexes the dense array: both must give one probability."""
+    """Serving sums dict lookups over string features; training indexes a dense vector: one probability."""
     rng = np.random.default_rng(0)
-    w = np.where(rng.random(BUCKETS) < 0.3, rng.normal(0, 2, BUCKETS), 0).astype(np.float32)
-    pre = LexicalPrefilter(w, -0.25, PrefilterBand(0.01, 0.99), {})
-    for text in ("Who wrote Hamlet?", "Write a poem about the sea, please.", "", "x " * 500):
-        z = float(w[features(text, BUCKETS)].astype(np.float64).sum()) - 0.25
+    vocab = sorted(set().union(*(feature_keys(t) for t in (
+        "Who wrote Hamlet?", "Write a poem about the sea, please.", "x " * 500, "When was Bach born?"))))
+    w = np.where(rng.random(len(vocab)) < 0.7, rng.normal(0, 2, len(vocab)), 0).astype(np.float32)
+    pre = LexicalPrefilter.from_vocabulary(vocab, w, -0.25, PrefilterBand(0.01, 0.99), {})
+    index = {k: i for i, k in enumerate(vocab)}
+    for text in ("Who wrote Hamlet?", "Write a poem about the sea, please.", "", "x " * 500, "an unseen prompt"):
+        z = float(w[feature_indices(text, index)].astype(np.float64).sum()) - 0.25
         assert pre.probability(text) == pytest.approx(1 / (1 + np.exp(-z)), rel=1e-6, abs=1e-9)
 
 
@@ -59,16 +61,16 @@ def test_decide_answers_only_outside_the_band():
     assert pre.decide("poem")[0] is False
     assert pre.decide("who")[0] is True
     decided, p = pre.decide("something neutral entirely")
-    assert decided is None and 0.01 < p < 0.99
+    assert decided is None and p == 0.5  # no feature known: the bias alone
 
 
 def test_save_load_roundtrip(tmp_path: Path):
     pre = _prefilter(0.02, 0.97)
     pre.save(tmp_path)
     back = LexicalPrefilter.load(tmp_path)
-    assert back.band == PrefilterBand(0.02, 0.97) and back.buckets == BUCKETS
+    assert back.band == PrefilterBand(0.02, 0.97) and back.weights == pre.weights  # these weights are exact in fp16
     for text in ("poem", "who", "something neutral"):
-        assert back.probability(text) == pytest.approx(pre.probability(text), abs=2e-3)  # fp16 weights
+        assert back.probability(text) == pytest.approx(pre.probability(text), abs=2e-3)
     assert back.meta["note"] == "test"
 
 
@@ -91,12 +93,12 @@ def test_load_errors_say_what_is_wrong(tmp_path: Path):
     with pytest.raises(ManifestError, match="not a TruthLens prefilter file"):
         LexicalPrefilter.load(tmp_path)
     _prefilter().save(tmp_path)
-    _rewrite(tmp_path, meta=np.array('{"features": "old-v0", "buckets": 4096}'))
-    with pytest.raises(ManifestError, match="features 'old-v0'.*retrain"):
+    _rewrite(tmp_path, meta=np.array('{"features": "word-uni-bi-crc32-v1", "buckets": 4096}'))
+    with pytest.raises(ManifestError, match="features 'word-uni-bi-crc32-v1'.*retrain"):
         LexicalPrefilter.load(tmp_path)
     _prefilter().save(tmp_path)
-    _rewrite(tmp_path, indices=np.array([BUCKETS + 5], dtype=np.int32), values=np.array([1.0], dtype=np.float16))
-    with pytest.raises(ManifestError, match="do not fit"):
+    _rewrite(tmp_path, values=np.array([1.0], dtype=np.float16))
+    with pytest.raises(ManifestError, match="1 weights for 4 features"):
         LexicalPrefilter.load(tmp_path)
 
 

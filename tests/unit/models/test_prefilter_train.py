@@ -7,13 +7,13 @@ import random
 
 import numpy as np
 
-from extproc.inference.prefilter import LexicalPrefilter, PrefilterBand, features
-from models.train_prefilter import band_report, cascade_report, cross_validate, fit
+from extproc.inference.prefilter import LexicalPrefilter, PrefilterBand
+from models.train_prefilter import band_report, cascade_report, cross_validate, featurize, fit, vocabulary
 
 FACTUAL = ["who wrote {x}", "when was {x} born?", "what is the capital of {x}?", "how tall is {x}"]
 OTHER = ["write a python function that sorts {x}", "compose a poem about {x}", "pretend you are {x} and say hi"]
 WORDS = ["france", "lincoln", "the eiffel tower", "hamlet", "mars", "bach", "peru", "a cat"]
-CFG = {"buckets": 1 << 14, "epochs": 3, "lr": 0.3, "l2": 1e-4}
+CFG = {"min_count": 1, "epochs": 3, "lr": 0.3, "l2": 1e-4}
 
 
 def _items(n: int, seed: int) -> list[tuple[str, int, str]]:
@@ -23,11 +23,14 @@ def _items(n: int, seed: int) -> list[tuple[str, int, str]]:
 
 def test_fit_learns_and_the_saved_prefilter_serves_the_same_scores(tmp_path):
     train, dev = _items(200, 0), _items(60, 1)
-    x = [features(t, CFG["buckets"]) for t, _, _ in train]
+    texts = [t for t, _, _ in train]
+    vocab = vocabulary(texts, CFG["min_count"])
+    assert vocab == sorted(set(vocab)) and "who wrote" in vocab and "^^write a" in vocab
+    assert len(vocabulary(texts, 50)) < len(vocab)  # rarer features drop out
     y = np.array([lab for _, lab, _ in train], dtype=float)
-    w, b = fit(x, y, CFG["buckets"], CFG["epochs"], CFG["lr"], CFG["l2"], seed=0)
+    w, b = fit(featurize(texts, vocab), y, len(vocab), CFG["epochs"], CFG["lr"], CFG["l2"], seed=0)
     band = PrefilterBand(0.1, 0.9)
-    pre = LexicalPrefilter(w, b, band, {})
+    pre = LexicalPrefilter.from_vocabulary(vocab, w, b, band, {})
     pre.save(tmp_path)
     served = LexicalPrefilter.load(tmp_path)
     p = np.array([served.probability(t) for t, _, _ in dev])
@@ -35,7 +38,7 @@ def test_fit_learns_and_the_saved_prefilter_serves_the_same_scores(tmp_path):
     assert np.mean((p >= 0.5) == y_dev) >= 0.95
     rep = band_report(p, y_dev, band)
     assert rep["coverage"] > 0.5 and rep["precision"] >= 0.95
-    cv = cross_validate(x, y, CFG, band, seed=0, folds=3)
+    cv = cross_validate(texts, y, CFG, band, seed=0, folds=3)
     assert cv["n"] == 200 and cv["accuracy_at_0.5"] >= 0.9
 
 
