@@ -70,7 +70,7 @@ models: setup-dev
 bench: setup-dev
 	$(PY) bench/protobuf_bench.py --iterations 20000 --warmup 1000 --out bench/results/protobuf.md
 	$(PY) bench/gateway_bench.py --requests 6400 --rounds 32
-	$(PY) bench/gateway_bench.py --requests 1600 --rounds 16 --prompt "Give me some tips to relax." --out bench/results/gateway-model-sentinel.md
+	$(PY) bench/gateway_bench.py --requests 1600 --rounds 16 --prompt "Suggest some ways to relax." --out bench/results/gateway-model-sentinel.md
 	$(PY) bench/gateway_bench.py --requests 800 --rounds 16 --upstream-delay-ms 50 --out bench/results/gateway-llm50.md
 	$(PY) bench/gateway_bench.py --requests 1600 --rounds 16 --no-models --out bench/results/gateway-no-models.md
 	$(PY) bench/hotpath_bench.py --requests 20000
