@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from extproc.protocol.openai import dump_json
 
 __all__ = [
@@ -177,10 +179,13 @@ class ChatStreamAssembler:
             self.done = True
             return
         try:
-            obj = json.loads(data)
-        except (json.JSONDecodeError, RecursionError):
-            self.ignored += 1
-            return
+            obj = orjson.loads(data)  # read only, never re-serialized: see openai._load_object
+        except orjson.JSONDecodeError:
+            try:
+                obj = json.loads(data)  # what orjson rejects, json.loads decides
+            except (json.JSONDecodeError, RecursionError):
+                self.ignored += 1
+                return
         if not isinstance(obj, dict):
             self.ignored += 1
             return

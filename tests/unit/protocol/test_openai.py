@@ -204,3 +204,25 @@ def test_bodies_with_a_bom_or_another_utf_still_parse():
     text = json.dumps(obj, ensure_ascii=False)
     for body in (text.encode("utf-8"), codecs.BOM_UTF8 + text.encode("utf-8"), text.encode("utf-16")):
         assert parse_chat_request(body).question == "Qui a écrit Hamlet ?"
+
+
+def test_what_the_fast_reader_rejects_the_stdlib_still_reads():
+    """Non-standard JSON json.loads accepts (NaN, lone surrogates) parses as before."""
+    body = b'{"model": "m", "temperature": NaN, "messages": [{"role": "user", "content": "Who? \\ud800"}]}'
+    assert parse_chat_request(body).question == "Who? \ud800"
+    answer = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris"}}], "x": Infinity}'
+    assert parse_chat_response(answer).answers == ("Paris",)
+    with pytest.raises(ProtocolError, match="not valid JSON"):
+        parse_chat_request(b'{"messages": [}')
+
+
+def test_re_serialized_bodies_keep_integers_beyond_64_bits_exactly():
+    """A body we rewrite goes out with the caller's exact numbers (a fast reader turns them into floats)."""
+    big = 123456789012345678901234567890
+    body = _req([{"role": "user", "content": "Who?"}], seed=big, truthlens_context=["doc"])
+    out = json.loads(parse_chat_request(body).upstream_body)
+    assert out["seed"] == big and isinstance(out["seed"], int)
+    answer = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}}],
+                         "usage": {"n": big}}).encode()
+    assert json.loads(append_to_choices(answer, " [warn]"))["usage"]["n"] == big
+    assert parse_chat_request(_req([{"role": "user", "content": "Who?"}], seed=big)).upstream_body is None

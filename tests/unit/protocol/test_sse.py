@@ -257,3 +257,11 @@ async def test_stream_helper_and_async_client_accept_warning_after_finish_and_ve
     chunks = [c async for c in await async_client.chat.completions.create(
         model="gpt-x", messages=[{"role": "user", "content": "q"}], stream=True)]
     assert chunks[-1].choices == [] and chunks[-1].model_extra == {"truthlens": {"status": "detected"}}
+
+
+def test_assembler_reads_what_the_fast_json_reader_rejects_like_json_loads():
+    asm = ChatStreamAssembler()
+    asm.add_data('{"choices": [{"index": 0, "delta": {"content": "Hi \\ud800"}}], "x": NaN}')
+    asm.add_data('{"choices": [{"index": 0, "delta": {"content": "!"}}]}')
+    asm.add_data("{broken")
+    assert asm.answers() == ("Hi \ud800!",) and asm.ignored == 1
