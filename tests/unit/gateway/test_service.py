@@ -363,7 +363,7 @@ async def test_upstream_cannot_forge_verdict_headers() -> None:
 
 
 async def drive_counting(svc: TruthLensService, messages: list[pb.ProcessingRequest]) -> tuple[int, int]:
-    """(replies, messages the service pulled from the stream)."""
+    """(replies, messages the service pulled from the stream); the reader is closed either way."""
     pulled = 0
 
     async def it() -> AsyncIterator[pb.ProcessingRequest]:
@@ -372,7 +372,10 @@ async def drive_counting(svc: TruthLensService, messages: list[pb.ProcessingRequ
             pulled += 1
             yield m
 
-    replies = [r async for r in svc.Process(it(), None)]
+    reader = it()
+    replies = [r async for r in svc.Process(reader, None)]
+    # Closed by the service, not left for the garbage collector (asyncio would schedule a task per stream).
+    assert reader.ag_frame is None
     return len(replies), pulled
 
 
