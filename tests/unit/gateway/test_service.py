@@ -389,3 +389,24 @@ async def test_the_stream_ends_once_envoy_has_nothing_more_to_send() -> None:
     # a judged answer needs the body: the stream stays open for it
     answer = json.dumps(completion_json("The tower is 330 metres tall.", "m")).encode()
     assert await drive_counting(svc, [req_headers(), req_body(CHAT), resp_headers(), resp_body(answer)]) == (4, 4)
+
+
+async def test_log_lines_of_a_stream_carry_its_request_id() -> None:
+    """The id is bound per stream and read from the request headers only when a line is logged."""
+    import io
+    import logging
+
+    from extproc.telemetry.logging import configure_logging, reset_logging
+
+    out = io.StringIO()
+    configure_logging("info", stream=out)
+    try:
+        bad = pb.ProcessingRequest(request_body=pb.HttpBody(body=b"{not json", end_of_stream=True))
+        await drive(service(), [req_headers({"x-request-id": "rid-77"}), bad, resp_headers()])
+        logging.getLogger("truthlens.test").info("after the stream")
+    finally:
+        reset_logging()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    judged = [x for x in lines if "not a judgeable chat request" in x["event"]]
+    assert judged and judged[0]["request_id"] == "rid-77" and "rid-77" in judged[0]["event"]
+    assert "request_id" not in lines[-1]  # unbound when the stream ended
