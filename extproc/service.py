@@ -56,7 +56,8 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
                     continue
                 reply = self._reply_now(ctx, phase, req)
                 if reply is None:  # this phase may wait (a model, a mitigation LLM call)
-                    if phase == "response_body" and ctx.body_kind is BodyKind.JSON and self.phases.wants_mitigation(ctx):
+                    if (phase == "response_body" and ctx.body_kind is BodyKind.JSON
+                            and self.phases.wants_mitigation(ctx)):
                         # standard/premium may re-ask an LLM: ask Envoy for more than message_timeout first
                         yield ev.timeout_extension_response(self.rt.mitigator.budget_s(ctx.decision.mode))
                     reply = await self._dispatch(ctx, phase, req)
@@ -95,7 +96,6 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
                 return self.phases.response_headers_now(ctx, req.response_headers)
             return None
         except Exception:  # noqa: BLE001 - the request must survive any bug of ours
-            log.exception("request %s: %s failed; passing through unchecked", ctx.request_id, phase)
             return self._error_reply(ctx, phase)
 
     async def _dispatch(self, ctx: RequestContext, phase: str, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
@@ -112,11 +112,12 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
                     return await stream_sse.on_buffered_stream(self.phases, ctx, req.response_body)
             return continue_reply(phase)
         except Exception:  # noqa: BLE001 - the request must survive any bug of ours
-            log.exception("request %s: %s failed; passing through unchecked", ctx.request_id, phase)
             return self._error_reply(ctx, phase)
 
     def _error_reply(self, ctx: RequestContext, phase: str) -> pb.ProcessingResponse:
-        """Unchanged body; verdict headers only where they can still be set."""
+        """For a phase that raised (call it from the `except`): log the error, pass the body on unchanged,
+        set verdict headers (unchecked/error) where they can still be set."""
+        log.exception("request %s: %s failed; passing through unchecked", ctx.request_id, phase)
         if ctx.decision is None or phase not in ("response_headers", "response_body") or ctx.body_kind is BodyKind.SSE:
             return continue_reply(phase)
         ctx.verdict = Verdict.unchecked(ctx.decision, UncheckedReason.ERROR, latency_ms=sum(ctx.timings_ms.values()))

@@ -7,6 +7,7 @@ Public API (pure functions over bytes; no config import, no model code):
 - ``append_to_choices(body, text) -> bytes``
 - ``error_body(message, *, type="truthlens_error", code=None, extra=None) -> bytes``
 - ``content_text(content) -> tuple[str, int]``
+- ``read_json(data)``: ``json.loads`` semantics, read by orjson where the two agree
 - ``ProtocolError``: every malformed-input case; the message says what was wrong and where.
 
 Grounding rules (issue 2): every ``role: tool`` (and legacy ``role: function``) message is its
@@ -36,6 +37,7 @@ __all__ = [
     "error_body",
     "parse_chat_request",
     "parse_chat_response",
+    "read_json",
 ]
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -80,31 +82,35 @@ def dump_json(obj: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def _load_object(body: bytes, what: str, *, exact: bool = False) -> dict[str, Any]:
-    """The body's JSON object, with json.loads semantics.
+def read_json(data: bytes | str) -> Any:
+    """`json.loads`, read by orjson wherever the two agree.
 
     orjson reads strict RFC 8259 JSON (almost every body) several times faster; whatever it rejects
     (NaN, lone surrogates, a BOM, UTF-16, deep nesting, ...) goes to json.loads, which has the last
-    word and the error message. orjson turns integers beyond 64 bits into floats, so a caller that
-    re-serializes the object asks for `exact` (json.loads only).
+    word and raises its own errors. orjson turns integers beyond 64 bits into floats: for an object
+    that will be re-serialized, use `_stdlib_loads`.
     """
-    if not exact:
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass
-        else:
-            if not isinstance(obj, dict):
-                raise ProtocolError(f"{what} must be a JSON object, got {type(obj).__name__}")
-            return obj
     try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _stdlib_loads(data)
+
+
+def _stdlib_loads(data: bytes | str) -> Any:
+    if isinstance(data, bytes) and not data.startswith(codecs.BOM_UTF8):
         # JSON on the wire is UTF-8 (RFC 8259): decoding it directly skips json's encoding
         # sniffing; a BOM or another UTF still goes through json.loads' detection.
-        text = body.decode("utf-8") if not body.startswith(codecs.BOM_UTF8) else None
-    except UnicodeDecodeError:
-        text = None
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return json.loads(data)
+
+
+def _load_object(body: bytes, what: str, *, exact: bool = False) -> dict[str, Any]:
+    """The body's JSON object (`exact`: json.loads only, for an object that is re-serialized)."""
     try:
-        obj = json.loads(body if text is None else text)
+        obj = _stdlib_loads(body) if exact else read_json(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:

@@ -30,9 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from extproc.protocol.openai import dump_json
+from extproc.protocol.openai import dump_json, read_json
 
 __all__ = [
     "ChatStreamAssembler",
@@ -179,13 +177,10 @@ class ChatStreamAssembler:
             self.done = True
             return
         try:
-            obj = orjson.loads(data)  # read only, never re-serialized: see openai._load_object
-        except orjson.JSONDecodeError:
-            try:
-                obj = json.loads(data)  # what orjson rejects, json.loads decides
-            except (json.JSONDecodeError, RecursionError):
-                self.ignored += 1
-                return
+            obj = read_json(data)  # read only, never re-serialized
+        except (json.JSONDecodeError, RecursionError):
+            self.ignored += 1
+            return
         if not isinstance(obj, dict):
             self.ignored += 1
             return
