@@ -130,7 +130,7 @@ class ModelsConfig:
 
 @dataclass(frozen=True, slots=True)
 class ThresholdsConfig:
-    sentinel: float = _unit(0.09)
+    sentinel: float = _unit(0.49)
     token: float = _unit(0.65)
     response: float = _unit(0.5)
     nli_entailment: float = _unit(0.9)

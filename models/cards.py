@@ -215,18 +215,24 @@ def sentinel_card(m: dict[str, Any]) -> str:
     if m.get("prefilter"):
         parts += ["", *_prefilter_section(m["prefilter"])]
     if border:
-        parts += ["", "Borderline sets (small, loosely labelled benchmark categories; not part of dev accuracy): "
+        parts += ["", "Borderline sets (loosely labelled benchmark categories, and SelfAware-unanswerable, which has no "
+                  "training label; not part of dev accuracy; for a set listed as factual the accuracy is the share "
+                  "that gets checked): "
                   f"accuracy {border['accuracy']} (n={border['n']})", "", _per_source(border, SENTINEL_LICENSES)]
     if m.get("notes"):
         parts += ["", "## What changed (from the config's notes)", "", *[f"- {n}" for n in m["notes"]]]
     parts += ["", "## Limits", "",
               "- Opinion/advice questions phrased like factoid questions (\"What is the best ...?\") are the "
-              "hardest case: the only opinion sources are SubjQA review questions and SelfAware unanswerable.",
+              "hardest case: the only opinion source is SubjQA review questions.",
+              "- Unanswerable questions (\"Will there be another pandemic?\") have no training label; about two "
+              "in three of SelfAware's are sent to the check (borderline table).",
               "- Long explanatory requests (\"Explain how vaccines work ...\", MT-bench stem, HelloBench open QA) "
               "mostly come out non_factual (see borderline sets): every factual training source is a short "
               "factoid question. Lower the threshold or leave the sentinel off where such prompts matter.",
-              "- int8 dynamic quantization scales activations per batch: a probability can move by ~1e-3 "
-              "depending on batch-mates.",
+              "- int8 dynamic quantization scales activations over the whole batch, so the other prompts "
+              "batched with one move its probability (the v3 model alike): 400 dev prompts each run beside one "
+              "other prompt moved by 0.004 on average, p99 0.07-0.09, max 0.18; in random batches of 8, 2 of "
+              "600 dev decisions flipped at the threshold. Identical rows give identical results.",
               "- Prompts longer than max_length are judged on their first tokens.",
               "- Several training sets are non-commercial (CodeAlpaca, SciQ) or share-alike (NQ-open): check "
               "before commercial use."]
