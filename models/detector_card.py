@@ -29,6 +29,9 @@ SOURCES = {
                    "CC BY-NC-SA 4.0"),
     "xsum": ("XSum hallucination annotations (Maynez et al. 2020) joined with FRANK articles; char marked "
              "by >= 2 of 3 annotators", "CC BY 4.0 (annotations), MIT (FRANK)"),
+    "faithdial": ("FaithDial audit: WoW/CMU-DoG/TopicalChat replies by GPT2, DoHA, CTRL and humans over the "
+                  "retrieved knowledge; BEGIN hallucination (incl. partial) = whole reply; evaluation only",
+                  "MIT"),
 }
 
 
@@ -82,6 +85,23 @@ def _serving(m: dict[str, Any]) -> list[str]:
     return [f"Serving pipeline check (`{sc['command']}`, span filters and thresholds as the gateway applies "
             f"them): {sc['data']}: n {sc['n']} ({sc['positives']} hallucinated), example-level P {sc['precision']} "
             f"/ R {sc['recall']} / **F1 {sc['f1']}**, char-span F1 {sc['span_f1']}, AUROC {sc['auroc']}.", ""]
+
+
+def _faithdial_note(fd: dict[str, Any] | None) -> list[str]:
+    """The one set of replies written by language models over retrieved knowledge that exists here."""
+    if not fd:
+        return []
+    share = fd["positives"] / fd["n"]
+    ex = fd["example_level"]
+    return [
+        f"- Replies written by dialogue models and people over retrieved knowledge (FaithDial's audit, "
+        f"{fd['n']} replies, never trained on; {SOURCES['faithdial'][1]}): AUROC {_f(fd['auroc'])}, example "
+        f"precision {_f(ex['precision'])} / recall {_f(ex['recall'])} / F1 {_f(ex['f1'])}, where flagging every "
+        f"reply would score precision {share:.3f} and F1 {2 * share / (1 + share):.3f}. Little skill: BEGIN's "
+        "hallucination label also covers personal opinions and experiences that the knowledge does not state, "
+        "and these replies (GPT-2-era models, human wizards) are unlike the QA answers it was trained on; "
+        "what it says about modern LLM answers over retrieved passages is unmeasured here.",
+    ]
 
 
 def render(m: dict[str, Any]) -> str:
@@ -175,6 +195,7 @@ def render(m: dict[str, Any]) -> str:
         + (f", {cfg['num_layers']} encoder layers" if cfg.get("num_layers") else "")
         + ". A deeper encoder trained on a GPU over the full converted sets should do better; on CPU the "
         "2-layer model is what meets the 25 ms window budget (`bench/results/detector-depth.md`).",
+        *_faithdial_note(mx["by_source"].get("faithdial")),
         "- `synthetic_qa` dev is the closest proxy to the target traffic (LLM answers over retrieved passages "
         "with short baseless additions or swapped facts) but it is synthetic: the perturbations come from "
         "templates and HaluEval's ChatGPT answers, not from real RAG outputs.",

@@ -178,16 +178,60 @@ def xsum(root: Path, limit: int | None = None, min_votes: int = 2) -> Iterator[R
         n += 1
 
 
+# ---------------------------------------------------------------- FaithDial audit (response-level, model replies)
+
+
+def _faithdial_rows(root: Path) -> Iterator[tuple[str, dict[str, str], str, str]]:
+    """(file id, row, response column, BEGIN column) for the gold and the GPT2/DoHA/CTRL files."""
+    audit = root / "faithdial_audit/data-audit"
+    for path in sorted(audit.glob("*/*.csv")):
+        with open(path, encoding="utf-8", newline="") as fh:
+            for row in csv.DictReader(fh):
+                cols = {c.lower(): c for c in row}
+                response = cols.get("response") or next(
+                    (c for c in row if c.lower() in ("gpt2", "doha", "ctrl")), None)
+                begin = cols.get("begin") or cols.get("begin_label")
+                if response and begin:
+                    yield f"{path.parent.name}-{path.stem}", row, response, begin
+
+
+def faithdial(root: Path, limit: int | None = None) -> Iterator[Record]:
+    """Knowledge-grounded replies written by GPT2, DoHA, CTRL and the benchmarks' humans (WoW,
+    CMU-DoG, TopicalChat), labelled by FaithDial's audit with BEGIN categories.
+
+    Any "hallucination" (incl. "partial hallucination") marks the whole reply; entailment,
+    generic and uncooperative replies count as supported; unlabelled rows are skipped. BEGIN's
+    hallucination also covers personal opinions and experiences the knowledge does not state,
+    so this is a looser notion than a RAG answer's unsupported claim. Evaluation only.
+    """
+    n = 0
+    for file_id, row, response, begin in _faithdial_rows(root):
+        label = row[begin].strip().lower()
+        answer = (row[response] or "").strip()
+        knowledge = (row.get("knowledge") or row.get("evidence") or "").strip()
+        if not label or not answer or not knowledge:
+            continue
+        if limit is not None and n >= limit:
+            return
+        history = (row.get("history") or "").strip() or None
+        spans = _whole(answer) if "hallucinat" in label else []
+        yield make_record(f"faithdial-{file_id}-{n}", knowledge, history, answer, spans, "dialogue",
+                          "faithdial", _digest(knowledge + (history or "") + answer))
+        n += 1
+
+
 SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
     "halueval_qa": halueval_qa,
     "halueval_dialogue": halueval_dialogue,
     "halueval_summarization": halueval_summarization,
     "faithbench": faithbench,
     "xsum": xsum,
+    "faithdial": faithdial,
 }
 
 # Small span sets get a bigger dev share so their dev metrics mean something.
-DEV_FRACTION = {"faithbench": 0.25, "xsum": 0.25}
+# FaithDial's audit is evaluation only: all of it goes to dev.
+DEV_FRACTION = {"faithbench": 0.25, "xsum": 0.25, "faithdial": 1.0}
 
 
 def convert(source: str, root: Path, out: Path, dev_fraction: float | None = None,

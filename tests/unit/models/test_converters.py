@@ -117,6 +117,41 @@ def test_xsum_majority_vote_and_frank_join(shared: Path):
     assert recs["xsum-111-Gold"]["labels"] == []
 
 
+def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([header, *rows])
+
+
+def test_faithdial_reads_gold_and_model_files_and_labels_whole_replies(tmp_path: Path):
+    audit = tmp_path / "faithdial_audit/data-audit"
+    know = "Blue is one of the three primary colours of pigments in painting."
+    _write_csv(audit / "gold/wow.csv", ["evidence", "history", "response", "BEGIN", "VRM"], [
+        [know, "tell me about blue", "Blue is a primary colour in painting.", "Entailment", "Edification"],
+        [know, "", "Blue was my grandmother's favourite colour.", "Partial Hallucination", "Disclosure"],
+        [know, "", "unlabelled reply", "", ""],  # skipped: no BEGIN label
+    ])
+    _write_csv(audit / "GPT2/gpt2_processed_wow.csv", ["knowledge", "history", "gpt2", "begin_label", "vrm_label"], [
+        [know, "", " Blue was invented in 1990 . ", "entailment,hallucination", "edification"],
+        [know, "", "Do you like painting?", "generic", "question"],
+    ])
+    recs = list(convert.faithdial(tmp_path))
+    by_answer = {r["answer"]: r for r in recs}
+    assert set(by_answer) == {"Blue is a primary colour in painting.", "Blue was my grandmother's favourite colour.",
+                              "Blue was invented in 1990 .", "Do you like painting?"}
+    assert by_answer["Blue is a primary colour in painting."]["labels"] == []
+    assert by_answer["Do you like painting?"]["labels"] == []  # generic counts as supported
+    for text in ("Blue was my grandmother's favourite colour.", "Blue was invented in 1990 ."):
+        assert by_answer[text]["labels"] == [{"start": 0, "end": len(text)}]
+    assert by_answer["Blue is a primary colour in painting."]["question"] == "tell me about blue"
+    assert by_answer["Do you like painting?"]["question"] is None and by_answer["Do you like painting?"]["context"] == know
+    assert len({r["id"] for r in recs}) == 4
+    for r in recs:
+        validate(r)
+    assert convert.DEV_FRACTION["faithdial"] == 1.0  # evaluation only: never in a training split
+    assert {split_of(r["group"], convert.DEV_FRACTION["faithdial"]) for r in recs} == {"dev"}
+
+
 def test_convert_cli_writes_both_splits(shared: Path, tmp_path: Path):
     out = tmp_path / "out"
     assert convert.main(["--data", str(shared), "--out", str(out), "--sources", "halueval_qa", "faithbench",
