@@ -110,6 +110,11 @@ def _per_source(rep: dict[str, Any], names: dict[str, str]) -> str:
     return _table(rows, head)
 
 
+def _gpu(mach: dict[str, Any]) -> str:
+    """The GPU's name first when training ran on one (older metrics have no `gpu` key)."""
+    return f"{mach['gpu']}; CPU " if mach.get("device") == "cuda" and mach.get("gpu") else ""
+
+
 def _load(mach: dict[str, Any]) -> str:
     if mach.get("note"):
         return f"; {mach['note']}"
@@ -123,7 +128,7 @@ def _common(m: dict[str, Any]) -> str:
     lat = m.get("latency", {})
     early = " (stopped early at the wall-clock cap)" if tr.get("stopped_early") else ""
     return "\n".join([
-        f"- Trained on: **{mach['device'].upper()}** ({mach['cpu']}, {mach['torch_threads']} torch thread(s), "
+        f"- Trained on: **{mach['device'].upper()}** ({_gpu(mach)}{mach['cpu']}, {mach['torch_threads']} torch thread(s), "
         f"{mach['logical_cpus']} logical CPUs{_load(mach)}), torch {mach['torch']}",
         f"- Training time: {tr['seconds']:.0f} s for {tr['steps']} steps{early}; export {m.get('export', {}).get('seconds', '?')} s",
         f"- Exported: int8 dynamic-quantized ONNX{' (per-channel weight scales)' if m.get('export', {}).get('per_channel') else ''}"

@@ -1,4 +1,7 @@
-"""Shared CPU training utilities for the bundled models (sentinel, detector, explainer).
+"""Shared training utilities for the bundled models (sentinel, detector, explainer).
+
+Training runs on a CUDA GPU when torch sees one and on CPU otherwise (`TRUTHLENS_TRAIN_DEVICE`
+overrides); export and the dev scores of the served int8 graph always run on CPU.
 
 Training only: imports torch/transformers, so nothing under `extproc/` may import this module.
 Tokenisation uses the `tokenizers` library on the base model's tokenizer.json (the same file
@@ -56,6 +59,22 @@ def set_threads(n: int | None) -> None:
     """The build machine is shared: never let torch grab every core."""
     n = n or int(os.environ.get("TRUTHLENS_TRAIN_THREADS", "2"))
     torch.set_num_threads(max(1, n))
+
+
+def train_device() -> torch.device:
+    """cuda when torch sees a GPU, else cpu; TRUTHLENS_TRAIN_DEVICE=cpu|cuda|cuda:N forces one."""
+    want = os.environ.get("TRUTHLENS_TRAIN_DEVICE", "").strip().lower()
+    if not want:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if want != "cpu" and not want.startswith("cuda"):
+        raise ValueError(f"TRUTHLENS_TRAIN_DEVICE: expected cpu, cuda or cuda:N, got {want!r}")
+    if want.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"TRUTHLENS_TRAIN_DEVICE={want}: torch {torch.__version__} sees no CUDA GPU")
+    return torch.device(want)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
 
 
 # ---------------------------------------------------------------- base model
@@ -252,6 +271,8 @@ def train(
     """
     if freeze_layers:
         freeze_lower(model, freeze_layers)
+    device = train_device()
+    model.to(device)
     rng = random.Random(seed)
     steps_per_epoch = math.ceil(len(examples) / batch_size)
     total = max(1, int(round(steps_per_epoch * epochs)))
@@ -265,7 +286,7 @@ def train(
     ]
     opt = torch.optim.AdamW(groups, lr=lr)
     sched = linear_schedule(opt, int(total * warmup_ratio), total)
-    weight = torch.tensor(class_weights, dtype=torch.float) if class_weights else None
+    weight = torch.tensor(class_weights, dtype=torch.float, device=device) if class_weights else None
     loss_fn = torch.nn.CrossEntropyLoss(weight=weight, ignore_index=-100)
     model.train()
     step, window, losses = 0, [], []
@@ -273,7 +294,7 @@ def train(
     stopped = False
     while step < total and not stopped:
         for batch in length_sorted_batches(examples, batch_size, rng):
-            tensors = collate(batch)
+            tensors = {k: v.to(device) for k, v in collate(batch).items()}
             labels = tensors.pop("labels")
             logits = model(**tensors).logits
             loss = loss_fn(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
@@ -306,12 +327,14 @@ def predict_proba(
 ) -> np.ndarray:
     """Softmax probabilities in the order of `examples` (sequence tasks)."""
     model.eval()
+    device = model_device(model)
     out = np.zeros((len(examples), model.config.num_labels), dtype=np.float32)
     index = {id(ex): i for i, ex in enumerate(examples)}
     for batch in length_sorted_batches(examples, batch_size, rng=None):
         tensors = collate(batch)
         tensors.pop("labels")
-        probs = torch.softmax(model(**tensors).logits.float(), dim=-1).numpy()
+        tensors = {k: v.to(device) for k, v in tensors.items()}
+        probs = torch.softmax(model(**tensors).logits.float(), dim=-1).cpu().numpy()
         for ex, p in zip(batch, probs):
             out[index[id(ex)]] = p
     return out
@@ -383,9 +406,10 @@ def machine_info() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    device = train_device()
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {
-        "device": "cuda" if gpu else "cpu",
+        "device": device.type,
         "cpu": cpu,
         "gpu": gpu,
         "torch_threads": torch.get_num_threads(),

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from models.cards import BASE, _table
+from models.cards import BASE, _gpu, _table
 
 SOURCES = {
     "synthetic_qa": ("HaluEval QA knowledge + grounded sentences, perturbed here (entity/number/date/month swaps; "
@@ -123,7 +123,7 @@ def render(m: dict[str, Any]) -> str:
         f"- **Recommended token threshold: {m['threshold']}** (`truthlens.thresholds.token`; chosen on dev only, "
         f"maximising example-level F1 on {', '.join(cfg['threshold_sources'])}; stored in `truthlens.json` "
         "provenance.recommended_token_threshold)",
-        f"- Trained on **{mach['device'].upper()}** ({mach['cpu']}, {mach['torch_threads']} torch threads, "
+        f"- Trained on **{mach['device'].upper()}** ({_gpu(mach)}{mach['cpu']}, {mach['torch_threads']} torch threads, "
         f"{mach['logical_cpus']} logical CPUs; {mach.get('note', 'shared with other jobs under `nice -n 15`')}), "
         f"torch {mach['torch']}",
         f"- Training time: {tr['seconds']:.0f} s, {tr['steps']} steps x {cfg['batch_size']} rows "

@@ -71,13 +71,15 @@ def torch_scorer(model: Any, batch_size: int = 16) -> RowScorer:
     @torch.no_grad()
     def score(rows: Sequence[Row]) -> list[np.ndarray]:
         model.eval()
+        device = common.model_device(model)
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         out: list[np.ndarray] = [np.zeros(0)] * len(rows)
         for b in range(0, len(order), batch_size):
             idx = order[b: b + batch_size]
             t = common.collate([common.Example(list(rows[i].input_ids), list(rows[i].type_ids), 0) for i in idx])
             t.pop("labels")
-            p = torch.softmax(model(**t).logits.float(), dim=-1)[..., 1].numpy()
+            t = {k: v.to(device) for k, v in t.items()}
+            p = torch.softmax(model(**t).logits.float(), dim=-1)[..., 1].cpu().numpy()
             for i, pr in zip(idx, p):
                 out[i] = pr[: len(rows[i])]
         return out

@@ -95,3 +95,31 @@ def test_base_model_dir_is_a_bert_with_tokenizer():
     tok = common.load_tokenizer(path, 8)
     enc = tok.encode("What is the capital of France and why is it so big?")
     assert len(enc.ids) == 8  # truncation applied, fixed padding removed
+
+
+def test_train_device_follows_torch_and_the_override(monkeypatch):
+    monkeypatch.delenv("TRUTHLENS_TRAIN_DEVICE", raising=False)
+    expect = "cuda" if torch.cuda.is_available() else "cpu"
+    assert common.train_device().type == expect
+    assert common.machine_info()["device"] == expect  # the card names the device training used
+    monkeypatch.setenv("TRUTHLENS_TRAIN_DEVICE", "cpu")
+    assert common.train_device() == torch.device("cpu")
+    monkeypatch.setenv("TRUTHLENS_TRAIN_DEVICE", "tpu")
+    with pytest.raises(ValueError, match="TRUTHLENS_TRAIN_DEVICE"):
+        common.train_device()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")
+def test_asking_for_cuda_without_a_gpu_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("TRUTHLENS_TRAIN_DEVICE", "cuda")
+    with pytest.raises(ValueError, match="sees no CUDA GPU"):
+        common.train_device()
+
+
+def test_trained_model_sits_on_the_training_device(tiny_dir, monkeypatch):
+    monkeypatch.setenv("TRUTHLENS_TRAIN_DEVICE", "cpu")
+    tok = common.load_tokenizer(tiny_dir, 32)
+    model = common.load_classifier(tiny_dir, ["a", "b"])
+    common.train(model, _toy(tok, 16), epochs=1, batch_size=8, lr=1e-3, warmup_ratio=0.0)
+    assert common.model_device(model) == torch.device("cpu")
+    assert common.predict_proba(model, _toy(tok, 4)).shape == (4, 2)
