@@ -237,7 +237,9 @@ def sentinel_card(m: dict[str, Any]) -> str:
               "- int8 dynamic quantization scales activations over the whole batch, so the other prompts "
               "batched with one move its probability (the v3 model alike): 400 dev prompts each run beside one "
               "other prompt moved by 0.004 on average, p99 0.07-0.09, max 0.18; in random batches of 8, 2 of "
-              "600 dev decisions flipped at the threshold. Identical rows give identical results.",
+              "600 dev decisions flipped at the threshold. Identical rows give identical results. Weight-only "
+              "quantization (onnxruntime MatMulNBits, 8-bit, fp32 activations) removes the effect exactly but ran "
+              "1.9-2.3x slower per prompt on the 2-core Xeon (2.9-3.6 ms vs 1.6 ms), so the dynamic int8 graph stays.",
               "- Prompts longer than max_length are judged on their first tokens.",
               "- Several training sets are non-commercial (CodeAlpaca, SciQ) or share-alike (NQ-open): check "
               "before commercial use."]
