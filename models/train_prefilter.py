@@ -73,6 +73,14 @@ def featurize(texts: Sequence[str], vocab: Sequence[str]) -> list[np.ndarray]:
     return [feature_indices(t, index) for t in texts]
 
 
+def fit_texts_config(texts: Sequence[str], y: np.ndarray, pcfg: dict[str, Any], seed: int
+                     ) -> tuple[list[str], np.ndarray, float]:
+    """Vocabulary from these prompts, then the regression: (vocabulary, weights, bias)."""
+    vocab = vocabulary(texts, pcfg["min_count"])
+    w, b = fit(featurize(texts, vocab), y, len(vocab), pcfg["epochs"], pcfg["lr"], pcfg["l2"], seed)
+    return vocab, w, b
+
+
 def cross_validate(texts: Sequence[str], y: np.ndarray, pcfg: dict[str, Any], band: PrefilterBand,
                    seed: int, folds: int = 5) -> dict[str, Any]:
     """Out-of-fold probabilities, the vocabulary rebuilt inside each fold (as training would)."""
@@ -81,8 +89,7 @@ def cross_validate(texts: Sequence[str], y: np.ndarray, pcfg: dict[str, Any], ba
     for k in range(folds):
         train = fold != k
         fit_texts = [t for t, m in zip(texts, train) if m]
-        vocab = vocabulary(fit_texts, pcfg["min_count"])
-        w, b = fit(featurize(fit_texts, vocab), y[train], len(vocab), pcfg["epochs"], pcfg["lr"], pcfg["l2"], seed)
+        vocab, w, b = fit_texts_config(fit_texts, y[train], pcfg, seed)
         oof[~train] = _probs(w, b, featurize([t for t, m in zip(texts, train) if not m], vocab))
     return {"folds": folds, "accuracy_at_0.5": round(float(np.mean((oof >= 0.5) == y)), 4), **band_report(oof, y, band)}
 
@@ -121,8 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     texts = [t for t, _, _ in splits["train"]]
     y_train = np.array([lab for _, lab, _ in splits["train"]], dtype=float)
     with common.timed() as t_fit:
-        vocab = vocabulary(texts, pcfg["min_count"])
-        w, b = fit(featurize(texts, vocab), y_train, len(vocab), pcfg["epochs"], pcfg["lr"], pcfg["l2"], cfg["seed"])
+        vocab, w, b = fit_texts_config(texts, y_train, pcfg, cfg["seed"])
     report: dict[str, Any] = {"config": {k: pcfg[k] for k in sorted(pcfg)}, "train_prompts": len(texts),
                               "train_seconds": t_fit["seconds"], "features": len(vocab),
                               "nonzero_weights": int(np.count_nonzero(w))}

@@ -27,6 +27,11 @@ ITERATION_BUCKETS = (0, 1, 2, 3, 4, 5, 8)
 DEFAULT_DECISION = "default"  # label value when no decision matched
 
 
+def _by_label(counts: dict[str, int], label: str) -> list[Observation]:
+    """One observation per label value of a single-label counter."""
+    return [Observation(n, {label: value}) for value, n in list(counts.items())]  # list(): one atomic copy
+
+
 class Metrics:
     """The instruments; methods take plain values so callers never touch OTel types."""
 
@@ -79,11 +84,11 @@ class Metrics:
             description="Factual requests without grounding context to check against",
         )
         meter.create_observable_counter(
-            "truthlens_unchecked", callbacks=[self._observe_unchecked],
+            "truthlens_unchecked", callbacks=[lambda _options: _by_label(self._n_unchecked, "reason")],
             description="Responses that should have been checked but were not, by reason",
         )
         meter.create_observable_counter(  # -> truthlens_sentinel_decisions_total
-            "truthlens_sentinel_decisions", callbacks=[self._observe_sentinel],
+            "truthlens_sentinel_decisions", callbacks=[lambda _options: _by_label(self._n_sentinel, "by")],
             description="Prompts classified, by who decided: the lexical prefilter or the sentinel model",
         )
 
@@ -91,11 +96,6 @@ class Metrics:
         return [Observation(n, {"decision": d, "mode": m, "detected": x})
                 for (d, m, x), n in list(self._n_detections.items())]  # list(): one atomic copy under the GIL
 
-    def _observe_unchecked(self, _options: CallbackOptions) -> list[Observation]:
-        return [Observation(n, {"reason": reason}) for reason, n in list(self._n_unchecked.items())]
-
-    def _observe_sentinel(self, _options: CallbackOptions) -> list[Observation]:
-        return [Observation(n, {"by": by}) for by, n in list(self._n_sentinel.items())]
 
     def record_detection(self, decision: str | None, mode: str, detected: bool, score: float, iterations: int) -> None:
         key = (decision or DEFAULT_DECISION, mode, "true" if detected else "false")
