@@ -74,6 +74,7 @@ bench: setup-dev
 	$(PY) bench/gateway_bench.py --requests 800 --rounds 16 --upstream-delay-ms 50 --out bench/results/gateway-llm50.md
 	$(PY) bench/gateway_bench.py --requests 1600 --rounds 16 --no-models --out bench/results/gateway-no-models.md
 	$(PY) bench/hotpath_bench.py --requests 20000
+	$(PY) bench/sentinel_batching.py --prompts 400
 	$(PY) bench/inference_bench.py --repeats 10
 	$(PY) bench/detector_depth.py --layers 2 3 4 6
 

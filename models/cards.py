@@ -235,11 +235,13 @@ def sentinel_card(m: dict[str, Any]) -> str:
               "mostly come out non_factual (see borderline sets): every factual training source is a short "
               "factoid question. Lower the threshold or leave the sentinel off where such prompts matter.",
               "- int8 dynamic quantization scales activations over the whole batch, so the other prompts "
-              "batched with one move its probability (the v3 model alike): 400 dev prompts each run beside one "
-              "other prompt moved by 0.004 on average, p99 0.07-0.09, max 0.18; in random batches of 8, 2 of "
-              "600 dev decisions flipped at the threshold. Identical rows give identical results. Weight-only "
-              "quantization (onnxruntime MatMulNBits, 8-bit, fp32 activations) removes the effect exactly but ran "
-              "1.9-2.3x slower per prompt on the 2-core Xeon (2.9-3.6 ms vs 1.6 ms), so the dynamic int8 graph stays.",
+              "batched with one move its probability (the v3 model alike). `bench/results/sentinel-batching.md`, "
+              "400 dev prompts: beside one other prompt of the same length by 0.003 on average (p99 0.07, max "
+              "0.20), beside a longer one by 0.005 (p99 0.13, max 0.25); in random batches of 8, 2 of 400 "
+              "decisions flipped at the threshold. Identical rows give identical results. Weight-only 8-bit "
+              "quantization (onnxruntime MatMulNBits, fp32 activations) removes the effect (block 32; block 128 "
+              "leaves at most 0.025) but takes 3.6-4.2 ms per prompt against 1.6 ms and, with its fp32 word "
+              "embeddings, breaks the size budget, so the dynamic int8 graph stays.",
               "- Prompts longer than max_length are judged on their first tokens.",
               "- Several training sets are non-commercial (CodeAlpaca, SciQ) or share-alike (NQ-open): check "
               "before commercial use."]

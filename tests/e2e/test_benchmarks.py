@@ -45,3 +45,18 @@ def test_hotpath_bench_times_both_processors(tmp_path: Path) -> None:
     assert all(x > 0 for x in r["truthlens_us"] + r["noop_us"])
     assert r["decided_by"] == "prefilter"
     assert "| TruthLens |" in out.read_text() and "* smoke" in out.read_text()
+
+
+def test_sentinel_batching_bench_reports_the_batch_effect(tmp_path: Path) -> None:
+    out = tmp_path / "sentinel-batching.md"
+    subprocess.run(
+        [sys.executable, "bench/sentinel_batching.py", "--prompts", "24", "--out", str(out), "--note", "smoke"],
+        cwd=REPO, check=True, capture_output=True, timeout=300,
+    )
+    (row,) = json.loads(out.with_suffix(".json").read_text())
+    assert row["model"] == "models/sentinel"
+    assert row["same_prompt_repeated"]["max"] == 0.0  # identical rows: identical int8 scales
+    assert row["same_length_mate"]["n"] + row["longer_mate"]["n"] > 0 and row["single_prompt_ms_p50"] > 0
+    assert 0 <= row["batches_of_8_flips"] <= 24
+    report = out.read_text()
+    assert "| `models/sentinel` |" in report and "* smoke" in report

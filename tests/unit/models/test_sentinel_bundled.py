@@ -60,7 +60,7 @@ def test_identical_rows_in_a_batch_match_the_single_run(sentinel):
 
 def test_batch_mates_do_not_flip_clear_prompts(sentinel):
     # int8 dynamic quantization scales activations over the whole batch, so other prompts in
-    # the batch move a probability (dev pairs: mean 0.004, p99 ~0.09, see the card's Limits).
+    # the batch move a probability (dev pairs: mean 0.003-0.005, p99 0.07-0.13; bench/results/sentinel-batching.md).
     # Clear prompts must keep their side of the threshold, and stay within 0.1 of the single run.
     t = _threshold()
     prompts = FACTUAL + NON_FACTUAL
