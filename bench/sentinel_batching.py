@@ -35,12 +35,16 @@ def dev_prompts(n: int, seed: int) -> list[str]:
     from models import common
     from models.train_sentinel import build_splits
 
+    if not (common.SHARED_DATA / "prompts").is_dir():
+        raise SystemExit(f"error: {common.SHARED_DATA / 'prompts'} not found (set TRUTHLENS_DATA, or pass --prompts-file)")
     cfg = common.load_yaml(REPO / "models/sentinel/train.yaml")
     dev = build_splits(cfg, common.SHARED_DATA / "prompts")["dev"]
     return [t for t, _, _ in random.Random(seed).sample(dev, n)]
 
 
-def _stats(values: list[float]) -> dict[str, float]:
+def _stats(values: list[float]) -> dict[str, float | None]:
+    if not values:  # no prompt had such a batch-mate
+        return {"n": 0, "mean": None, "p99": None, "max": None}
     v = np.array(values)
     return {"n": len(v), "mean": round(float(v.mean()), 4), "p99": round(float(np.quantile(v, 0.99)), 4),
             "max": round(float(v.max()), 4)}
@@ -84,20 +88,25 @@ def measure(model_dir: Path, prompts: list[str], seed: int) -> dict[str, Any]:
             "batches_of_8_flips": flips, "single_prompt_ms_p50": round(statistics.median(timings), 2)}
 
 
+def _cell(stats: dict[str, float | None], *keys: str) -> str:
+    return "-" if not stats["n"] else " / ".join(str(stats[k]) for k in keys)
+
+
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = ["# Sentinel: batch-mates and int8 activation scales", "",
              f"Command: `.venv/bin/python bench/sentinel_batching.py --prompts {args.prompts} --seed {args.seed}"
              + "".join(f" --compare {c}" for c in args.compare or []) + f" --out {args.out}` (plus the notes below)",
              f"Machine: {machine()}.",
-             f"Prompts: {args.prompts} sentinel dev prompts (held-out sources), 1 intra-op thread.", "",
+             f"Prompts: {args.prompts} " + (f"from `{args.prompts_file}`" if args.prompts_file else
+                                            "sentinel dev prompts (held-out sources)") + ", 1 intra-op thread.", "",
              "|P(factual) in a batch - P alone|, by who shares the batch; flips: decisions that change at the "
              "recommended threshold when the prompts run in random batches of 8.", "",
              "| model | repeated prompt (mean / max) | same-length mate (mean / p99 / max) | longer mate "
              "(mean / p99 / max) | flips in batches of 8 | single prompt p50 |", "|---|---|---|---|---|---|"]
     for r in results:
         s, lg, rep = r["same_length_mate"], r["longer_mate"], r["same_prompt_repeated"]
-        lines.append(f"| `{r['model']}` | {rep['mean']} / {rep['max']} | {s['mean']} / {s['p99']} / {s['max']} "
-                     f"| {lg['mean']} / {lg['p99']} / {lg['max']} | {r['batches_of_8_flips']} of {args.prompts} "
+        lines.append(f"| `{r['model']}` | {_cell(rep, 'mean', 'max')} | {_cell(s, 'mean', 'p99', 'max')} "
+                     f"| {_cell(lg, 'mean', 'p99', 'max')} | {r['batches_of_8_flips']} of {args.prompts} "
                      f"| {r['single_prompt_ms_p50']} ms |")
     if args.note:
         lines += ["", "## Notes", "", *[f"* {n}" for n in args.note]]
@@ -110,10 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", type=Path, action="append", help="another sentinel directory to measure alike")
     ap.add_argument("--note", action="append", help="a line for the report (e.g. how a --compare graph was made)")
     ap.add_argument("--prompts", type=int, default=400)
+    ap.add_argument("--prompts-file", type=Path, help="one prompt per line instead of sampled sentinel dev prompts")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=REPO / "bench/results/sentinel-batching.md")
     args = ap.parse_args(argv)
-    prompts = dev_prompts(args.prompts, args.seed)
+    if args.prompts_file:
+        prompts = [line.strip() for line in args.prompts_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        args.prompts = len(prompts)
+    else:
+        prompts = dev_prompts(args.prompts, args.seed)
     results = [measure(d, prompts, args.seed) for d in [args.model, *(args.compare or [])]]
     args.out.write_text(report(results, args))
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")

@@ -49,8 +49,14 @@ def test_hotpath_bench_times_both_processors(tmp_path: Path) -> None:
 
 def test_sentinel_batching_bench_reports_the_batch_effect(tmp_path: Path) -> None:
     out = tmp_path / "sentinel-batching.md"
+    prompts = tmp_path / "prompts.txt"  # generated here: the test needs no ../shared
+    subjects = ("the Nile", "Mount Everest", "the Moon", "Python lists", "autumn leaves", "a pirate ship")
+    prompts.write_text("\n".join([f"How long is {s}?" for s in subjects] + [f"Write a poem about {s}." for s in subjects]
+                                 + [f"Tell me something about {s} in one line" for s in subjects]
+                                 + [f"Can you explain {s} to a child, please?" for s in subjects]), encoding="utf-8")
     subprocess.run(
-        [sys.executable, "bench/sentinel_batching.py", "--prompts", "24", "--out", str(out), "--note", "smoke"],
+        [sys.executable, "bench/sentinel_batching.py", "--prompts-file", str(prompts), "--out", str(out),
+         "--note", "smoke"],
         cwd=REPO, check=True, capture_output=True, timeout=300,
     )
     (row,) = json.loads(out.with_suffix(".json").read_text())
