@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import difflib
 import hashlib
 import json
 import os
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -220,6 +222,92 @@ def faithdial(root: Path, limit: int | None = None) -> Iterator[Record]:
         n += 1
 
 
+# ---------------------------------------------------------------- SummEdits (span-level by diff, LLM summaries)
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def _edited_spans(original: str, edited: str) -> list[tuple[int, int]]:
+    """Character spans of `edited` that differ from `original`, word by word (punctuation apart)."""
+    a = [m.group(0) for m in _WORD.finditer(original)]
+    words = list(_WORD.finditer(edited))
+    ops = difflib.SequenceMatcher(a=a, b=[m.group(0) for m in words], autojunk=False).get_opcodes()
+    spans = []
+    for tag, _i1, _i2, j1, j2 in ops:
+        if tag == "equal":
+            continue
+        if j2 == j1:  # a bare deletion leaves nothing in `edited` to mark
+            spans.append((-1, -1))
+            continue
+        spans.append((words[j1].start(), words[j2 - 1].end()))
+    return spans
+
+
+def summedits(root: Path, limit: int | None = None) -> Iterator[Record]:
+    """SummEdits: an LLM-written seed summary per document, and edited copies labelled consistent
+    or not by annotators.
+
+    Consistent edits mostly reword (synonyms, rephrased clauses), which is what a RAG answer does
+    to its passages, so they teach that rewording is not hallucinating. An inconsistent copy is
+    kept only when it differs from its seed summary in one place (insertions and replacements,
+    not bare deletions): then that place is the hallucinated span exactly. With two or more
+    edits, which one broke consistency is unknown, so those copies are skipped. Each distinct
+    seed summary is also a faithful answer.
+    """
+    n = 0
+    for path in sorted((root / "summedits/data/summedits").glob("summedits_*.json")):
+        seen: set[str] = set()
+        for r in json.load(open(path, encoding="utf-8")):
+            doc, original, edited = r["doc"].strip(), r["original_summary"].strip(), r["summary"].strip()
+            group = _digest(doc)
+            candidates = []
+            if original and original not in seen:
+                seen.add(original)
+                candidates.append(("seed", original, []))
+            if str(r["label"]) == "1" and edited != original:
+                candidates.append(("edit", edited, []))
+            elif str(r["label"]) == "0":
+                spans = _edited_spans(original, edited)
+                if len(spans) == 1 and spans[0][0] >= 0:
+                    candidates.append(("edit", edited, spans))
+            for kind, answer, spans in candidates:
+                if limit is not None and n >= limit:
+                    return
+                yield make_record(f"summedits-{r['id']}-{kind}", doc, None, answer, spans,
+                                  "summarization", "summedits", group)
+                n += 1
+
+
+# ---------------------------------------------------------------- hand-written RAG QA probe (span-level)
+
+HANDWRITTEN = REPO_ROOT / "models/data/handwritten_rag.txt"
+_MARK = re.compile(r"\[\[(.+?)\]\]")
+
+
+def handwritten_rag(root: Path, limit: int | None = None, path: Path = HANDWRITTEN) -> Iterator[Record]:
+    """Answers written the way an LLM answers over a passage (reworded, not copied), each with a
+    twin carrying one unsupported or contradicting part. Small (16 pairs) but the one set here
+    whose faithful answers paraphrase like real RAG answers; `root` is unused (it ships in the repo)."""
+    items: list[dict[str, str]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("C: "):
+            items.append({})
+        if line[:3] in ("C: ", "Q: ", "F: ", "H: "):
+            items[-1][line[0]] = line[3:].strip()
+    for i, it in enumerate(items[:limit] if limit is not None else items):
+        group = _digest(it["C"])
+        yield make_record(f"handwritten_rag-{i}-faithful", it["C"], it["Q"], it["F"], [], "qa", "handwritten_rag", group)
+        spans, answer, pos = [], "", 0
+        for m in _MARK.finditer(it["H"]):
+            answer += it["H"][pos:m.start()]
+            spans.append((len(answer), len(answer) + len(m.group(1))))
+            answer += m.group(1)
+            pos = m.end()
+        answer += it["H"][pos:]
+        yield make_record(f"handwritten_rag-{i}-hallucinated", it["C"], it["Q"], answer, spans, "qa",
+                          "handwritten_rag", group)
+
+
 SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
     "halueval_qa": halueval_qa,
     "halueval_dialogue": halueval_dialogue,
@@ -227,11 +315,13 @@ SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
     "faithbench": faithbench,
     "xsum": xsum,
     "faithdial": faithdial,
+    "summedits": summedits,
+    "handwritten_rag": handwritten_rag,
 }
 
 # Small span sets get a bigger dev share so their dev metrics mean something.
-# FaithDial's audit is evaluation only: all of it goes to dev.
-DEV_FRACTION = {"faithbench": 0.25, "xsum": 0.25, "faithdial": 1.0}
+# FaithDial's audit and the hand-written probe are evaluation only: all of them go to dev.
+DEV_FRACTION = {"faithbench": 0.25, "xsum": 0.25, "faithdial": 1.0, "summedits": 0.2, "handwritten_rag": 1.0}
 
 
 def convert(source: str, root: Path, out: Path, dev_fraction: float | None = None,

@@ -9,7 +9,10 @@ and then, for most records, either
   * inserts an unsupported sentence or clause (a baseless addition): HaluEval's ChatGPT-written
     wrong answer, a sentence from an unrelated record, or a templated claim about an entity
     of this passage,
-labelling exactly the changed characters. Distractor passages from other records make the
+labelling exactly the changed characters. With `--p-reword P`, that share of answers has its
+grounded text reworded first (models/data/reword.py: synonyms, dates and numbers written another
+way, asides dropped, passives turned), as an LLM would; the bundled detector's recipe leaves it
+at 0 (tried, not shipped: see models/detector/README.md). Distractor passages from other records make the
 context look like retrieval output (several passages, only one relevant).
 
     python -m models.data.synthetic --out data-cache/hallucination [--n-train 6000]
@@ -26,6 +29,7 @@ from typing import Iterator
 
 from models.data.convert import DEFAULT_DATA, REPO_ROOT, _digest
 from models.data.records import Record, make_record, split_of, write_jsonl
+from models.data.reword import reword
 
 SENT_SPLIT = re.compile(r"(?<=[.!?])\s*(?=[A-Z\"(])")
 NUMBER = re.compile(r"\b\d[\d,]*(?:\.\d+)?\b")
@@ -163,13 +167,15 @@ def addition(answer: str, ents: list[str], record: dict, other: dict, pool: list
 
 
 def build(rows: list[dict], split: str, seed: int, p_faithful: float = 0.35, p_swap: float = 0.3,
-          max_distractors: int = 2) -> Iterator[Record]:
+          max_distractors: int = 2, p_reword: float = 0.0) -> Iterator[Record]:
     rng = random.Random(f"{seed}:{split}")
     pool = [e for r in rows[:3000] for e in entities(r["knowledge"])]
     for i, r in enumerate(rows):
         support = _support(r["knowledge"], r["question"], r["right_answer"])
         lead = rng.choice(LEADS)
         body = " ".join(support[: rng.choice([1, 1, 2])])
+        if p_reword and rng.random() < p_reword:
+            body = reword(body, rng)
         if lead and body:
             body = body[0].lower() + body[1:] if not body[:2].isupper() and body.split()[0] in STOP_CAPS else body
         prefix = rng.choice(ANSWER_FIRST).format(a=r["right_answer"].strip().rstrip("."))
@@ -205,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--dev-fraction", type=float, default=0.1, help="must match convert.py's halueval_qa split")
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--p-reword", type=float, default=0.0,
+                    help="share of answers whose grounded text is reworded (models/data/reword.py) before perturbing")
     args = ap.parse_args(argv)
     rows = {"train": [], "dev": []}
     with open(args.data / "halueval/eval_suite/dataset_halueval_qa.jsonl", encoding="utf-8") as fh:
@@ -214,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             r = json.loads(line)
             rows[split_of(_digest(r["question"]), args.dev_fraction)].append(r)
     for split, part in rows.items():
-        n = write_jsonl(args.out / f"synthetic_qa.{split}.jsonl", build(part, split, args.seed))
+        n = write_jsonl(args.out / f"synthetic_qa.{split}.jsonl", build(part, split, args.seed, p_reword=args.p_reword))
         print(f"synthetic_qa: {split} {n} -> {args.out}")
     return 0
 

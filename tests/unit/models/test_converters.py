@@ -201,3 +201,67 @@ def test_swap_changes_numbers_dates_and_months():
     assert out is not None
     new, (s, e) = out
     assert new != knowledge and new[s:e] not in knowledge
+
+
+def test_summedits_keeps_exact_single_edits_and_rewordings(tmp_path: Path):
+    doc = "Oman opened its airspace to Israeli carriers on Thursday, shortening flights to Asia by two hours."
+    seed = "Oman opened its airspace to Israeli carriers, shortening flights to Asia."
+    rows = [
+        {"id": "news_1_og", "doc": doc, "summary": seed, "original_summary": seed, "label": "1", "edit_types": "[]"},
+        {"id": "news_1_1", "doc": doc, "summary": "Oman opened its airspace to Israeli airlines, cutting flights to Asia.",
+         "original_summary": seed, "label": "1", "edit_types": "[]"},  # reworded, still consistent
+        {"id": "news_1_2", "doc": doc, "summary": "Oman closed its airspace to Israeli carriers, shortening flights to Asia.",
+         "original_summary": seed, "label": "0", "edit_types": "['antonym_swap']"},
+        {"id": "news_1_3", "doc": doc, "summary": "Oman opened its airspace to Israeli carriers on Monday, shortening flights.",
+         "original_summary": seed, "label": "0", "edit_types": "['entity_modification']"},  # two edits: skipped
+        {"id": "news_1_4", "doc": doc, "summary": "Oman opened its airspace to Israeli carriers, shortening flights.",
+         "original_summary": seed, "label": "0", "edit_types": "[]"},  # a bare deletion: nothing to mark
+    ]
+    path = tmp_path / "summedits/data/summedits/summedits_news.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    recs = list(convert.summedits(tmp_path))
+    by_id = {r["id"]: r for r in recs}
+    assert set(by_id) == {"summedits-news_1_og-seed", "summedits-news_1_1-edit", "summedits-news_1_2-edit"}
+    assert by_id["summedits-news_1_og-seed"]["labels"] == [] and by_id["summedits-news_1_1-edit"]["labels"] == []
+    edit = by_id["summedits-news_1_2-edit"]
+    assert [edit["answer"][s["start"]:s["end"]] for s in edit["labels"]] == ["closed"]
+    assert {r["group"] for r in recs} == {edit["group"]} and edit["context"] == doc and edit["question"] is None
+    for r in recs:
+        validate(r)
+
+
+def test_edited_spans_marks_changed_words_and_reports_deletions():
+    assert convert._edited_spans("It rose 5%, then fell.", "It rose 9%, then fell.") == [(8, 9)]
+    assert convert._edited_spans("Sales rose in May.", "Sales rose sharply in May.") == [(11, 18)]
+    assert convert._edited_spans("Sales did not rise.", "Sales did rise.") == [(-1, -1)]
+
+
+def test_reword_keeps_claims_and_changes_surface():
+    import random
+
+    from models.data import reword
+
+    text = "The film (released in 1999) was directed by Sofia Coppola. It began on June 5, 1990 with 3 actors."
+    outs = [reword.reword(text, random.Random(i), max_rewrites=4) for i in range(40)]
+    assert len(set(outs)) > 5 and sum(out != text for out in outs) > 30
+    assert "Sofia Coppola directed the film." in reword._active("The film was directed by Sofia Coppola.", None)
+    assert reword._dates("born June 5, 1990", None) == "born 5 June 1990"
+    assert reword._dates("born 5 June 1990", None) == "born June 5, 1990"
+    assert reword._numbers("with 3 actors and #1 hits", None) == "with three actors and #1 hits"
+    assert reword._numbers("about 12,000 people", None) == "about 12000 people"
+    assert reword._drop_parens("Iowa (also known as UI) is old.", None) == "Iowa is old."
+    for out in outs:  # every fact-bearing name and number survives in some form
+        assert "Coppola" in out and ("1990" in out)
+
+
+def test_synthetic_rewording_is_off_by_default_and_keeps_spans_exact():
+    plain = [r["answer"] for r in synthetic.build(QA_ROWS * 10, "train", seed=7)]
+    assert plain == [r["answer"] for r in synthetic.build(QA_ROWS * 10, "train", seed=7, p_reword=0.0)]
+    reworded = list(synthetic.build(QA_ROWS * 10, "train", seed=7, p_reword=1.0))
+    assert any("October 11, 1957" in r["answer"] for r in reworded)
+    for rec in reworded:
+        validate(rec)
+        for span in rec["labels"]:
+            text = rec["answer"][span["start"]:span["end"]]
+            assert text and text.strip() == text
