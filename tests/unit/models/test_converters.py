@@ -265,3 +265,16 @@ def test_synthetic_rewording_is_off_by_default_and_keeps_spans_exact():
         for span in rec["labels"]:
             text = rec["answer"][span["start"]:span["end"]]
             assert text and text.strip() == text
+
+
+def test_handwritten_probe_parses_into_pairs_with_one_marked_span():
+    recs = list(convert.handwritten_rag(Path("unused")))
+    assert len(recs) == 48 and len({r["group"] for r in recs}) == 24
+    for faithful, twin in zip(recs[::2], recs[1::2]):
+        validate(faithful)
+        validate(twin)
+        assert faithful["labels"] == [] and len(twin["labels"]) == 1
+        assert faithful["context"] == twin["context"] and faithful["question"] == twin["question"]
+        span = twin["labels"][0]
+        assert "[[" not in twin["answer"] and twin["answer"][span["start"]:span["end"]].strip()
+    assert convert.DEV_FRACTION["handwritten_rag"] == 1.0  # evaluation only
