@@ -228,7 +228,8 @@ _WORD = re.compile(r"\w+|[^\w\s]")
 
 
 def _edited_spans(original: str, edited: str) -> list[tuple[int, int]]:
-    """Character spans of `edited` that differ from `original`, word by word (punctuation apart)."""
+    """Character spans of `edited` that differ from `original`, word by word (punctuation apart);
+    (-1, -1) stands for a bare deletion, which leaves nothing in `edited` to mark."""
     a = [m.group(0) for m in _WORD.finditer(original)]
     words = list(_WORD.finditer(edited))
     ops = difflib.SequenceMatcher(a=a, b=[m.group(0) for m in words], autojunk=False).get_opcodes()
@@ -236,10 +237,7 @@ def _edited_spans(original: str, edited: str) -> list[tuple[int, int]]:
     for tag, _i1, _i2, j1, j2 in ops:
         if tag == "equal":
             continue
-        if j2 == j1:  # a bare deletion leaves nothing in `edited` to mark
-            spans.append((-1, -1))
-            continue
-        spans.append((words[j1].start(), words[j2 - 1].end()))
+        spans.append((words[j1].start(), words[j2 - 1].end()) if j2 > j1 else (-1, -1))
     return spans
 
 
@@ -248,7 +246,8 @@ def summedits(root: Path, limit: int | None = None) -> Iterator[Record]:
     or not by annotators.
 
     Consistent edits mostly reword (synonyms, rephrased clauses), which is what a RAG answer does
-    to its passages, so they teach that rewording is not hallucinating. An inconsistent copy is
+    to its passages, so they measure whether rewording is mistaken for hallucinating (the bundled
+    detector only evaluates on this set; training on it was tried, see its card). An inconsistent copy is
     kept only when it differs from its seed summary in one place (insertions and replacements,
     not bare deletions): then that place is the hallucinated span exactly. With two or more
     edits, which one broke consistency is unknown, so those copies are skipped. Each distinct
@@ -286,7 +285,7 @@ _MARK = re.compile(r"\[\[(.+?)\]\]")
 
 def handwritten_rag(root: Path, limit: int | None = None, path: Path = HANDWRITTEN) -> Iterator[Record]:
     """Answers written the way an LLM answers over a passage (reworded, not copied), each with a
-    twin carrying one unsupported or contradicting part. Small (16 pairs) but the one set here
+    twin carrying one unsupported or contradicting part. Small (24 pairs) but the one set here
     whose faithful answers paraphrase like real RAG answers; `root` is unused (it ships in the repo)."""
     items: list[dict[str, str]] = []
     for line in path.read_text(encoding="utf-8").splitlines():
