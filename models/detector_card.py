@@ -131,8 +131,7 @@ def render(m: dict[str, Any]) -> str:
     cfg, tr, mach, dev = m["config"], m["train"], m["machine"], m["dev"]
     mx, mn = dev["aggregations"]["max"], dev["aggregations"]["min"]
     lat = m.get("latency", {})
-    data_rows = [[s, tr["by_source"].get(s, 0), SOURCES.get(s, ("", ""))[0], SOURCES.get(s, ("", ""))[1]]
-                 for s in cfg["train_mix"]]
+    data_rows = [[s, tr["by_source"].get(s, 0), *SOURCES.get(s, ("", ""))] for s in cfg["train_mix"]]
     parts = [
         "# Detector: which answer tokens does the context not support?",
         "",
@@ -193,8 +192,8 @@ def render(m: dict[str, Any]) -> str:
         "",
         "Dev only (never trained on):",
         "",
-        _table([[s, SOURCES.get(s, ("", ""))[0], SOURCES.get(s, ("", ""))[1]]
-                for s in mx["by_source"] if s not in cfg["train_mix"]], ["source", "what", "license"]),
+        _table([[s, *SOURCES.get(s, ("", ""))] for s in mx["by_source"] if s not in cfg["train_mix"]],
+               ["source", "what", "license"]),
         "",
         f"## Dev metrics (int8 graph, threshold {mx['threshold']}, max over windows)",
         "",
