@@ -296,15 +296,84 @@ def handwritten_rag(root: Path, limit: int | None = None, path: Path = HANDWRITT
     for i, it in enumerate(items[:limit] if limit is not None else items):
         group = _digest(it["C"])
         yield make_record(f"handwritten_rag-{i}-faithful", it["C"], it["Q"], it["F"], [], "qa", "handwritten_rag", group)
-        spans, answer, pos = [], "", 0
-        for m in _MARK.finditer(it["H"]):
-            answer += it["H"][pos:m.start()]
-            spans.append((len(answer), len(answer) + len(m.group(1))))
-            answer += m.group(1)
-            pos = m.end()
-        answer += it["H"][pos:]
+        answer, spans = unmark(it["H"])
         yield make_record(f"handwritten_rag-{i}-hallucinated", it["C"], it["Q"], answer, spans, "qa",
                           "handwritten_rag", group)
+
+
+def unmark(marked: str) -> tuple[str, list[tuple[int, int]]]:
+    """`a [[b]] c` -> ("a b c", [span of b]); edge whitespace stays outside the span."""
+    spans, answer, pos = [], "", 0
+    for m in _MARK.finditer(marked):
+        answer += marked[pos:m.start()]
+        inner = m.group(1)
+        lead = len(inner) - len(inner.lstrip())
+        spans.append((len(answer) + lead, len(answer) + len(inner.rstrip())))
+        answer += inner
+        pos = m.end()
+    return answer + marked[pos:], spans
+
+
+# ---------------------------------------------------------------- LLM-written RAG QA answers (span-level)
+
+LLM_RAG = REPO_ROOT / "models/data/llm_rag_answers.txt"
+
+
+def parse_llm_rag(text: str) -> tuple[list[dict[str, str]], list[str]]:
+    """Blocks `### <HaluEval QA row>` / `F:` / `H:` / `K:` -> items, plus one reason per rejected block.
+
+    A block is kept only when it is well formed: F unmarked, H with balanced, non-empty marks,
+    and H without its marks different from F (the twin really changes something)."""
+    items: list[dict[str, str]] = []
+    rejected: list[str] = []
+    block: dict[str, str] | None = None
+    blocks: list[dict[str, str]] = []
+    for line in text.splitlines():
+        if line.startswith("### "):
+            block = {"id": line[4:].strip()}
+            blocks.append(block)
+        elif block is not None and line[:3] in ("F: ", "H: ", "K: "):
+            block[line[0]] = line[3:].strip()
+    for b in blocks:
+        f, h = b.get("F", ""), b.get("H", "")
+        why = None
+        if not b["id"].isdigit() or not f or not h or b.get("K") not in ("baseless", "conflict", "overclaim"):
+            why = "missing id, F, H or K"
+        elif "[[" in f or "]]" in f:
+            why = "marks in F"
+        elif not _MARK.search(h) or any(t in _MARK.sub("", h) for t in ("[[", "]]")) \
+                or any(not m.strip() for m in _MARK.findall(h)):
+            why = "no, unbalanced or empty marks in H"
+        elif unmark(h)[0] == f:
+            why = "H equals F"
+        if why:
+            rejected.append(f"{b['id']}: {why}")
+        else:
+            items.append(b)
+    return items, rejected
+
+
+def llm_rag(root: Path, limit: int | None = None, path: Path = LLM_RAG) -> Iterator[Record]:
+    """HaluEval QA passages and questions (MIT) with answers written for this project by LLM sessions
+    (`models/data/llm_rag_answers.txt`: only the answers are committed, the passages are joined from
+    ../shared by row). Faithful answers reword the passage; each twin adds one marked unsupported
+    or contradicting part. Grouped by question like halueval_qa, so dev rows share no passage with
+    training rows of any HaluEval-based source."""
+    items, rejected = parse_llm_rag(path.read_text(encoding="utf-8"))
+    if rejected:
+        print(f"llm_rag: {len(rejected)} malformed blocks skipped (first: {rejected[0]})", file=sys.stderr)
+    wanted = {int(it["id"]) for it in items}
+    rows = {i: r for i, r in _jsonl(root / "halueval/eval_suite/dataset_halueval_qa.jsonl", None) if i in wanted}
+    for n, it in enumerate(items):
+        if limit is not None and n >= limit:
+            return
+        r = rows[int(it["id"])]
+        group = _digest(r["question"])
+        yield make_record(f"llm_rag-{it['id']}-faithful", r["knowledge"], r["question"], it["F"], [], "qa",
+                          "llm_rag", group)
+        answer, spans = unmark(it["H"])
+        yield make_record(f"llm_rag-{it['id']}-{it['K']}", r["knowledge"], r["question"], answer, spans, "qa",
+                          "llm_rag", group)
 
 
 SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
@@ -316,6 +385,7 @@ SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
     "faithdial": faithdial,
     "summedits": summedits,
     "handwritten_rag": handwritten_rag,
+    "llm_rag": llm_rag,
 }
 
 # Small span sets get a bigger dev share so their dev metrics mean something.

@@ -278,3 +278,71 @@ def test_handwritten_probe_parses_into_pairs_with_one_marked_span():
         span = twin["labels"][0]
         assert "[[" not in twin["answer"] and twin["answer"][span["start"]:span["end"]].strip()
     assert convert.DEV_FRACTION["handwritten_rag"] == 1.0  # evaluation only
+
+
+def test_unmark_keeps_edge_whitespace_outside_the_span():
+    answer, spans = convert.unmark("Born in [[1962]], she wrote[[ three novels]].")
+    assert answer == "Born in 1962, she wrote three novels."
+    assert [answer[s:e] for s, e in spans] == ["1962", "three novels"]
+
+
+LLM_RAG_TEXT = """# header lines are ignored
+### 0
+F: According to the passage, the Oberoi Group's head office is in Delhi.
+H: According to the passage, the Oberoi Group's head office is in [[Mumbai]].
+K: conflict
+### 2
+F: Dawn French was born on 11 October 1957.
+H: Dawn French was born on 11 October 1957[[ in Holyhead, Wales]].
+K: baseless
+### 1
+F: Arthur's Magazine came first.
+H: Arthur's Magazine came [[first]].
+K: overclaim
+### 1
+F: Arthur's Magazine came first.
+H: Arthur's Magazine came [[first.
+K: overclaim
+### 1
+F: Arthur's [[Magazine]] came first.
+H: Arthur's Magazine came [[first]].
+K: overclaim
+### 1
+F: Arthur's Magazine came first.
+H: Arthur's Magazine came [[ ]] first.
+K: overclaim
+### 1
+F: Arthur's Magazine came first.
+H: Arthur's Magazine came [[first]].
+K: guess
+"""
+
+
+def test_llm_rag_answers_join_the_halueval_passage_and_reject_malformed_blocks(shared: Path, tmp_path: Path):
+    items, rejected = convert.parse_llm_rag(LLM_RAG_TEXT)
+    assert [it["id"] for it in items] == ["0", "2"]
+    assert [r.split(": ", 1)[1] for r in rejected] == [
+        "H equals F", "no, unbalanced or empty marks in H", "marks in F",
+        "no, unbalanced or empty marks in H", "missing id, F, H or K"]
+    path = tmp_path / "answers.txt"
+    path.write_text(LLM_RAG_TEXT, encoding="utf-8")
+    recs = list(convert.llm_rag(shared, path=path))
+    assert [r["id"] for r in recs] == ["llm_rag-0-faithful", "llm_rag-0-conflict",
+                                      "llm_rag-2-faithful", "llm_rag-2-baseless"]
+    for r in recs:
+        validate(r)
+    assert recs[0]["context"] == QA_ROWS[0]["knowledge"] and recs[0]["question"] == QA_ROWS[0]["question"]
+    assert recs[0]["labels"] == [] and recs[0]["group"] == recs[1]["group"]
+    twin = recs[3]
+    assert [twin["answer"][s["start"]:s["end"]] for s in twin["labels"]] == ["in Holyhead, Wales"]
+    # grouped like halueval_qa, so a question is dev in both sources or in neither
+    qa = {r["question"]: r["group"] for r in convert.halueval_qa(shared)}
+    assert recs[2]["group"] == qa[QA_ROWS[2]["question"]]
+
+
+def test_committed_llm_rag_answers_are_well_formed():
+    items, rejected = convert.parse_llm_rag(convert.LLM_RAG.read_text(encoding="utf-8"))
+    assert not rejected and len(items) >= 500
+    assert len({it["id"] for it in items}) == len(items)
+    kinds = {k: sum(it["K"] == k for it in items) for k in ("baseless", "conflict", "overclaim")}
+    assert min(kinds.values()) > 0.05 * len(items)
