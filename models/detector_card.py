@@ -38,6 +38,10 @@ SOURCES = {
     "handwritten_rag": ("24 passages with a question, a faithful answer that rewords the passage as an LLM would, "
                         "and its twin with one unsupported or contradicting part marked; written for this project "
                         "(`models/data/handwritten_rag.txt`); evaluation only", "same as this repository"),
+    "llm_rag": ("HaluEval QA passages and questions with answers written for this project by LLM sessions "
+                "(`models/data/llm_rag_answers.txt`): faithful answers in the assistant's own words; twins "
+                "with one marked baseless addition, changed fact or overclaim", "MIT (HaluEval); answers: "
+                "same as this repository"),
 }
 
 
@@ -110,21 +114,39 @@ def _faithdial_note(fd: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def _probe_note(hw: dict[str, Any] | None) -> list[str]:
-    """The hand-written probe: the only dev set here whose faithful answers reword like an LLM's."""
-    if not hw:
-        return []
-    ex = hw["example_level"]
-    return [
-        f"- **Answers that reword the passage, as LLMs do: no skill.** On the hand-written RAG-QA probe "
-        f"({hw['n']} answers: {hw['n'] - hw['positives']} faithful rewordings of the passage and their twins with one "
-        f"unsupported or contradicting part; never trained on, not used to choose anything) AUROC is "
-        f"{_f(hw['auroc'])}: it flags {ex['fp']} of {ex['fp'] + ex['tn']} faithful answers and catches {ex['tp']} of "
-        f"{ex['tp'] + ex['fn']} hallucinated ones (example F1 {_f(ex['f1'])}, no better than flagging everything). "
-        "Its scores follow the answer's wording, not the inserted claim: both twins of a pair score alike. "
-        "On real RAG answers, which paraphrase their passages, expect many false alarms; this is the main "
-        "reason the project's target (example F1 >= 0.70 on real RAG QA) is not claimed.",
-    ]
+def _skill(auroc: float) -> str:
+    return "no skill" if auroc < 0.58 else "little skill" if auroc < 0.7 else "some skill" if auroc < 0.8 else "skill"
+
+
+def _flag_all_f1(m: dict[str, Any]) -> float:
+    share = m["positives"] / m["n"]
+    return 2 * share / (1 + share)
+
+
+def _rag_note(lr: dict[str, Any] | None, hw: dict[str, Any] | None) -> list[str]:
+    """LLM-style answers over passages: the two dev sets shaped like the project's target traffic."""
+    out = []
+    if lr:
+        ex = lr["example_level"]
+        out.append(
+            f"- **LLM-style RAG answers** (`llm_rag` dev: {lr['n']} answers written by LLM sessions over HaluEval "
+            f"passages whose questions are dev in every HaluEval-based source; the threshold is chosen partly on "
+            f"it): AUROC {_f(lr['auroc'])} ({_skill(lr['auroc'])}), example precision {_f(ex['precision'])} / "
+            f"recall {_f(ex['recall'])} / F1 {_f(ex['f1'])}, where flagging every answer scores F1 "
+            f"{_flag_all_f1(lr):.3f}; it flags {ex['fp']} of {ex['fp'] + ex['tn']} faithful answers. This is the "
+            "closest set here to the project's target (example F1 >= 0.70 on real RAG QA), which is not claimed: "
+            "these answers were written to an instruction, not sampled from deployed models, and their "
+            "hallucinated half is balanced by construction (real traffic has fewer).")
+    if hw:
+        ex = hw["example_level"]
+        out.append(
+            f"- Hand-written RAG-QA probe ({hw['n']} answers: {hw['n'] - hw['positives']} faithful rewordings of "
+            f"the passage and their twins with one unsupported or contradicting part; never trained on, not used "
+            f"to choose anything): AUROC {_f(hw['auroc'])} ({_skill(hw['auroc'])}); it flags {ex['fp']} of "
+            f"{ex['fp'] + ex['tn']} faithful answers and catches {ex['tp']} of {ex['tp'] + ex['fn']} hallucinated "
+            f"ones (example F1 {_f(ex['f1'])}; flagging everything: {_flag_all_f1(hw):.3f}). Faithful answers "
+            "that paraphrase their passage still draw false alarms.")
+    return out
 
 
 def render(m: dict[str, Any]) -> str:
@@ -222,7 +244,7 @@ def render(m: dict[str, Any]) -> str:
         + (f", {cfg['num_layers']} encoder layers" if cfg.get("num_layers") else "")
         + ". A deeper encoder trained on a GPU over the full converted sets should do better; on CPU the "
         "2-layer model is what meets the 25 ms window budget (`bench/results/detector-depth.md`).",
-        *_probe_note(mx["by_source"].get("handwritten_rag")),
+        *_rag_note(mx["by_source"].get("llm_rag"), mx["by_source"].get("handwritten_rag")),
         *_faithdial_note(mx["by_source"].get("faithdial")),
         "- Faithful answers that reword the context are often flagged. Share of faithful dev answers "
         "flagged at the threshold: " + ", ".join(
@@ -233,8 +255,16 @@ def render(m: dict[str, Any]) -> str:
         "added to the same recipe: FaithDial AUROC 0.607 -> 0.660 and NLI-answer dev 0.52 -> 0.71, but the "
         "threshold-selection proxies went down (synthetic QA ex-F1 0.761 -> 0.752, AUROC 0.840 -> 0.816; "
         "HaluEval dialogue 0.763 -> 0.682) and the hand-written probe stayed at AUROC 0.58.",
-        "- Tried to teach it rewording (not shipped; hand-written probe AUROC scored one answer at a time, where the "
-        "shipped model gets 0.56): (a) SummEdits added to the training mix (1948 LLM summaries: consistent "
+        "- What `llm_rag` changed (same seed and recipe; dev AUROC on llm_rag / hand-written probe / synthetic QA / "
+        "HaluEval QA / HaluEval dialogue): before it 0.534 / 0.536 / 0.840 / 0.973 / 0.836; llm_rag added to the "
+        "old mix (synthetic 7000, HaluEval QA 2400) 0.639 / 0.578 / 0.810 / 0.982 / 0.831; **shipped** (llm_rag "
+        "weighted up: synthetic 4000, HaluEval QA 1200) 0.700 / 0.616 / 0.757 / 0.958 / 0.766; the shipped mix "
+        "with 256-token training rows instead of 160 (not shipped, 1.6x the training cost) 0.672 / 0.571 / 0.759 "
+        "/ 0.960 / 0.824. The shipped recipe trades template-made synthetic skill for skill on LLM-written "
+        "answers, the traffic the detector is for; it was chosen on llm_rag dev, and the probe (never used to "
+        "choose) moved the same way.",
+        "- Earlier attempts to teach it rewording (not shipped; hand-written probe AUROC scored one answer at a "
+        "time, where the model shipped before llm_rag got 0.56): (a) SummEdits added to the training mix (1948 LLM summaries: consistent "
         "rewordings faithful, single inconsistent edits as spans): synthetic QA AUROC 0.840 -> 0.854, FaithDial "
         "0.607 -> 0.617, SummEdits dev 0.53 -> 0.61, but HaluEval dialogue 0.836 -> 0.787 and the probe 0.53; "
         "(b) that plus 70 % of synthetic answers reworded before perturbing (`models.data.synthetic --p-reword "
@@ -243,10 +273,12 @@ def render(m: dict[str, Any]) -> str:
         "(b) with all 6 encoder layers (904 s of training, ~2.2x the window cost, over the 25 ms budget): "
         "synthetic QA 0.869-0.880, HaluEval QA 0.982, FaithDial 0.668, but dialogue 0.733 and the probe 0.56. "
         "Rule-based rewording and summary edits do not carry over to answers that an LLM rewrites freely; "
-        "training data with LLM-written faithful answers over retrieved passages is what is missing.",
-        "- `synthetic_qa` dev is the closest proxy to the target traffic (LLM answers over retrieved passages "
-        "with short baseless additions or swapped facts) but it is synthetic: the perturbations come from "
-        "templates and HaluEval's ChatGPT answers, not from real RAG outputs.",
+        "training data with LLM-written faithful answers over retrieved passages was what was missing "
+        "(`llm_rag` now supplies 2000 such items).",
+        "- `synthetic_qa` dev is synthetic: its perturbations come from templates and HaluEval's ChatGPT answers, "
+        "and its faithful answers copy the passage; `llm_rag` dev is the closer proxy for real RAG answers, but "
+        "its answers were written to an instruction by LLM sessions (and its passages are HotpotQA's short "
+        "Wikipedia extracts), not sampled from deployed models over retrieved web pages.",
         "- HaluEval answers carry a length artefact (right answers are bare entities, wrong ones full "
         "sentences); its dev numbers overstate real-world skill.",
         "- Summarization (FaithBench, XSum) is hard for it: spans are subtle, labels disagree between "
