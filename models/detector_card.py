@@ -97,6 +97,12 @@ def _serving(m: dict[str, Any]) -> list[str]:
             f"/ R {sc['recall']} / **F1 {sc['f1']}**, char-span F1 {sc['span_f1']}, AUROC {sc['auroc']}.", ""]
 
 
+def _flag_all_f1(m: dict[str, Any]) -> float:
+    """Example F1 of flagging every answer: the baseline a detector has to beat."""
+    share = m["positives"] / m["n"]
+    return 2 * share / (1 + share)
+
+
 def _faithdial_note(fd: dict[str, Any] | None) -> list[str]:
     """The one set of replies written by language models over retrieved knowledge that exists here."""
     if not fd:
@@ -107,7 +113,7 @@ def _faithdial_note(fd: dict[str, Any] | None) -> list[str]:
         f"- Replies written by dialogue models and people over retrieved knowledge (FaithDial's audit, "
         f"{fd['n']} replies, never trained on; {SOURCES['faithdial'][1]}): AUROC {_f(fd['auroc'])}, example "
         f"precision {_f(ex['precision'])} / recall {_f(ex['recall'])} / F1 {_f(ex['f1'])}, where flagging every "
-        f"reply would score precision {share:.3f} and F1 {2 * share / (1 + share):.3f}. Little skill: BEGIN's "
+        f"reply would score precision {share:.3f} and F1 {_flag_all_f1(fd):.3f}. Little skill: BEGIN's "
         "hallucination label also covers personal opinions and experiences that the knowledge does not state, "
         "and these replies (GPT-2-era models, human wizards) are unlike the QA answers it was trained on; "
         "what it says about modern LLM answers over retrieved passages is unmeasured here.",
@@ -116,11 +122,6 @@ def _faithdial_note(fd: dict[str, Any] | None) -> list[str]:
 
 def _skill(auroc: float) -> str:
     return "no skill" if auroc < 0.58 else "little skill" if auroc < 0.7 else "some skill" if auroc < 0.8 else "skill"
-
-
-def _flag_all_f1(m: dict[str, Any]) -> float:
-    share = m["positives"] / m["n"]
-    return 2 * share / (1 + share)
 
 
 def _rag_note(lr: dict[str, Any] | None, hw: dict[str, Any] | None) -> list[str]:

@@ -336,13 +336,13 @@ def parse_llm_rag(text: str) -> tuple[list[dict[str, str]], list[str]]:
             block[line[0]] = line[3:].strip()
     for b in blocks:
         f, h = b.get("F", ""), b.get("H", "")
+        marks, outside = _MARK.findall(h), _MARK.sub("", h)
         why = None
         if not b["id"].isdigit() or not f or not h or b.get("K") not in ("baseless", "conflict", "overclaim"):
             why = "missing id, F, H or K"
         elif "[[" in f or "]]" in f:
             why = "marks in F"
-        elif not _MARK.search(h) or any(t in _MARK.sub("", h) for t in ("[[", "]]")) \
-                or any(not m.strip() for m in _MARK.findall(h)):
+        elif not marks or "[[" in outside or "]]" in outside or not all(m.strip() for m in marks):
             why = "no, unbalanced or empty marks in H"
         elif unmark(h)[0] == f:
             why = "H equals F"
