@@ -146,10 +146,14 @@ def evaluate(score: RowScorer, feat: Featurizer, dev: dict[str, list[dict[str, A
 
 
 def build_train(cfg: dict[str, Any], feat: Featurizer, data_dir: Path, rng: random.Random) -> list[common.Example]:
+    """Training rows per source; a source with longer contexts may get longer rows
+    (`train_max_length_by_source`) so its evidence is not windowed away."""
     exs = []
+    longer = cfg.get("train_max_length_by_source") or {}
     for src, n in cfg["train_mix"].items():
+        length = int(longer.get(src, cfg["train_max_length"]))
         for rec in sample(data_dir / f"{src}.train.jsonl", n, rng):
-            exs.append(training_example(feat, rec, cfg["train_max_length"]))
+            exs.append(training_example(feat, rec, length))
     return exs
 
 

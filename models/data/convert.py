@@ -317,10 +317,14 @@ def unmark(marked: str) -> tuple[str, list[tuple[int, int]]]:
 # ---------------------------------------------------------------- LLM-written RAG QA answers (span-level)
 
 LLM_RAG = REPO_ROOT / "models/data/llm_rag_answers.txt"
+LLM_RAG_MULTI = REPO_ROOT / "models/data/llm_rag_multi_answers.txt"
+_BLOCK_ID = re.compile(r"(\d+)(?:\s+@((?:\s+\d+)+))?")
 
 
 def parse_llm_rag(text: str) -> tuple[list[dict[str, str]], list[str]]:
-    """Blocks `### <HaluEval QA row>` / `F:` / `H:` / `K:` -> items, plus one reason per rejected block.
+    """Blocks `### <HaluEval QA row>[ @ <passage rows>]` / `F:` / `H:` / `K:` -> items, plus one
+    reason per rejected block. The optional rows after `@` are the retrieved passages, in order
+    (the question's own passage among them); without them the context is the question's passage.
 
     A block is kept only when it is well formed: F unmarked, H with balanced, non-empty marks,
     and H without its marks different from F (the twin really changes something)."""
@@ -330,7 +334,8 @@ def parse_llm_rag(text: str) -> tuple[list[dict[str, str]], list[str]]:
     blocks: list[dict[str, str]] = []
     for line in text.splitlines():
         if line.startswith("### "):
-            block = {"id": line[4:].strip()}
+            head = _BLOCK_ID.fullmatch(line[4:].strip())
+            block = {"id": head.group(1), "passages": (head.group(2) or "").strip()} if head else {"id": ""}
             blocks.append(block)
         elif block is not None and line[:3] in ("F: ", "H: ", "K: "):
             block[line[0]] = line[3:].strip()
@@ -338,7 +343,7 @@ def parse_llm_rag(text: str) -> tuple[list[dict[str, str]], list[str]]:
         f, h = b.get("F", ""), b.get("H", "")
         marks, outside = _MARK.findall(h), _MARK.sub("", h)
         why = None
-        if not b["id"].isdigit() or not f or not h or b.get("K") not in ("baseless", "conflict", "overclaim"):
+        if not b["id"] or not f or not h or b.get("K") not in ("baseless", "conflict", "overclaim"):
             why = "missing id, F, H or K"
         elif "[[" in f or "]]" in f:
             why = "marks in F"
@@ -353,7 +358,7 @@ def parse_llm_rag(text: str) -> tuple[list[dict[str, str]], list[str]]:
     return items, rejected
 
 
-def llm_rag(root: Path, limit: int | None = None, path: Path = LLM_RAG) -> Iterator[Record]:
+def llm_rag(root: Path, limit: int | None = None, path: Path = LLM_RAG, source: str = "llm_rag") -> Iterator[Record]:
     """HaluEval QA passages and questions (MIT) with answers written for this project by LLM sessions
     (`models/data/llm_rag_answers.txt`: only the answers are committed, the passages are joined from
     ../shared by row). Faithful answers reword the passage; each twin adds one marked unsupported
@@ -361,19 +366,29 @@ def llm_rag(root: Path, limit: int | None = None, path: Path = LLM_RAG) -> Itera
     training rows of any HaluEval-based source."""
     items, rejected = parse_llm_rag(path.read_text(encoding="utf-8"))
     if rejected:
-        print(f"llm_rag: {len(rejected)} malformed blocks skipped (first: {rejected[0]})", file=sys.stderr)
-    wanted = {int(it["id"]) for it in items}
+        print(f"{source}: {len(rejected)} malformed blocks skipped (first: {rejected[0]})", file=sys.stderr)
+    passages = {it["id"]: [int(k) for k in it["passages"].split()] or [int(it["id"])] for it in items}
+    wanted = {k for rows in passages.values() for k in rows}
     rows = {i: r for i, r in _jsonl(root / "halueval/eval_suite/dataset_halueval_qa.jsonl", None) if i in wanted}
     for n, it in enumerate(items):
         if limit is not None and n >= limit:
             return
         r = rows[int(it["id"])]
         group = _digest(r["question"])
-        yield make_record(f"llm_rag-{it['id']}-faithful", r["knowledge"], r["question"], it["F"], [], "qa",
-                          "llm_rag", group)
+        ctx = [rows[k]["knowledge"] for k in passages[it["id"]]]
+        context = ctx[0] if len(ctx) == 1 else ctx
+        yield make_record(f"{source}-{it['id']}-faithful", context, r["question"], it["F"], [], "qa",
+                          source, group)
         answer, spans = unmark(it["H"])
-        yield make_record(f"llm_rag-{it['id']}-{it['K']}", r["knowledge"], r["question"], answer, spans, "qa",
-                          "llm_rag", group)
+        yield make_record(f"{source}-{it['id']}-{it['K']}", context, r["question"], answer, spans, "qa",
+                          source, group)
+
+
+def llm_rag_multi(root: Path, limit: int | None = None) -> Iterator[Record]:
+    """Like llm_rag, with three retrieved passages per question (its own and two other HaluEval QA
+    passages of the same split that share rare words with the question, in shuffled order) and longer,
+    chat-style answers (`models/data/llm_rag_multi_answers.txt`)."""
+    return llm_rag(root, limit, LLM_RAG_MULTI, "llm_rag_multi")
 
 
 SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
@@ -386,6 +401,7 @@ SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
     "summedits": summedits,
     "handwritten_rag": handwritten_rag,
     "llm_rag": llm_rag,
+    "llm_rag_multi": llm_rag_multi,
 }
 
 # Small span sets get a bigger dev share so their dev metrics mean something.

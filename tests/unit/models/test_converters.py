@@ -340,9 +340,47 @@ def test_llm_rag_answers_join_the_halueval_passage_and_reject_malformed_blocks(s
     assert recs[2]["group"] == qa[QA_ROWS[2]["question"]]
 
 
-def test_committed_llm_rag_answers_are_well_formed():
-    items, rejected = convert.parse_llm_rag(convert.LLM_RAG.read_text(encoding="utf-8"))
-    assert not rejected and len(items) >= 2000
+LLM_RAG_MULTI_TEXT = """### 2 @ 1 2 0
+F: Dawn French, who starred in Girls on Top, was born on 11 October 1957.
+H: Dawn French, who starred in Girls on Top, was born on 11 October 1957[[ in Holyhead]].
+K: baseless
+### 1 @
+F: Arthur's Magazine came first.
+H: Arthur's Magazine came [[second]].
+K: conflict
+### 1 @ 0 x
+F: Arthur's Magazine came first.
+H: Arthur's Magazine came [[second]].
+K: conflict
+"""
+
+
+def test_llm_rag_multi_joins_the_listed_passages_in_order(shared: Path, tmp_path: Path, monkeypatch):
+    items, rejected = convert.parse_llm_rag(LLM_RAG_MULTI_TEXT)
+    assert [(it["id"], it["passages"]) for it in items] == [("2", "1 2 0")]
+    assert [r.split(": ", 1)[1] for r in rejected] == ["missing id, F, H or K"] * 2
+    path = tmp_path / "multi.txt"
+    path.write_text(LLM_RAG_MULTI_TEXT, encoding="utf-8")
+    monkeypatch.setattr(convert, "LLM_RAG_MULTI", path)
+    recs = list(convert.llm_rag_multi(shared))
+    assert [r["id"] for r in recs] == ["llm_rag_multi-2-faithful", "llm_rag_multi-2-baseless"]
+    for r in recs:
+        validate(r)
+        assert r["source"] == "llm_rag_multi" and r["question"] == QA_ROWS[2]["question"]
+        assert r["context"] == [QA_ROWS[1]["knowledge"], QA_ROWS[2]["knowledge"], QA_ROWS[0]["knowledge"]]
+    # the split follows the question, as in llm_rag and halueval_qa
+    assert recs[0]["group"] == next(r["group"] for r in convert.halueval_qa(shared)
+                                    if r["question"] == QA_ROWS[2]["question"])
+    assert [recs[1]["answer"][s["start"]:s["end"]] for s in recs[1]["labels"]] == ["in Holyhead"]
+
+
+@pytest.mark.parametrize("path, at_least, passages", [(convert.LLM_RAG, 2000, 0), (convert.LLM_RAG_MULTI, 750, 3)])
+def test_committed_llm_rag_answers_are_well_formed(path: Path, at_least: int, passages: int):
+    items, rejected = convert.parse_llm_rag(path.read_text(encoding="utf-8"))
+    assert not rejected and len(items) >= at_least
     assert len({it["id"] for it in items}) == len(items)
+    for it in items:  # the multi-passage file lists three passage rows, the question's own among them
+        rows = it["passages"].split()
+        assert len(rows) == passages and (not rows or it["id"] in rows)
     kinds = {k: sum(it["K"] == k for it in items) for k in ("baseless", "conflict", "overclaim")}
     assert min(kinds.values()) > 0.05 * len(items)
