@@ -53,7 +53,7 @@ run: setup-serve
 test: setup-dev
 	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) $(PY) -m pytest -q $(PYTEST_ARGS)
 
-# Rebuild the three bundled models from ../shared/data and the packaged MiniLM base
+# Rebuild the three bundled models (and the optional 4-layer detector) from ../shared/data and the packaged MiniLM base
 # (CPU here; minutes to an hour depending on load). Each script takes --max-steps etc.
 models: setup-dev
 	$(PY) -m models.train_sentinel  --config models/sentinel/train.yaml  --out models/sentinel
@@ -65,6 +65,8 @@ models: setup-dev
 	$(PY) -m models.data.synthetic --out data-cache/hallucination
 	$(PY) -m models.train_detector --config models/detector/train.yaml --out models/detector
 	$(PY) -m models.detector_card models/detector --latency
+	$(PY) -m models.train_detector --config models/detector-deep/train.yaml --out models/detector-deep
+	$(PY) -m models.detector_card models/detector-deep --latency
 
 # Benchmarks write markdown + JSON under bench/results/ with the command and machine.
 bench: setup-dev

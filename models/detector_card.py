@@ -42,6 +42,10 @@ SOURCES = {
                 "(`models/data/llm_rag_answers.txt`): faithful answers in the assistant's own words; twins "
                 "with one marked baseless addition, changed fact or overclaim", "MIT (HaluEval); answers: "
                 "same as this repository"),
+    "llm_rag_multi": ("HaluEval QA questions with three retrieved passages each (their own and two passages of other "
+                      "questions that share rare words with it) and 2-6 sentence chat-style answers written for "
+                      "this project by LLM sessions (`models/data/llm_rag_multi_answers.txt`), marked like llm_rag",
+                      "MIT (HaluEval); answers: same as this repository"),
 }
 
 
@@ -150,7 +154,7 @@ def _rag_note(lr: dict[str, Any] | None, hw: dict[str, Any] | None) -> list[str]
     return out
 
 
-def render(m: dict[str, Any]) -> str:
+def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
     cfg, tr, mach, dev = m["config"], m["train"], m["machine"], m["dev"]
     mx, mn = dev["aggregations"]["max"], dev["aggregations"]["min"]
     lat = m.get("latency", {})
@@ -165,6 +169,10 @@ def render(m: dict[str, Any]) -> str:
         "with the whole answer; the runtime takes the max over windows per token.",
         "",
         f"- Base model: {BASE}" + (f"; only its lowest **{cfg['num_layers']} layers** are kept" if cfg.get("num_layers") else ""),
+        *([f"- **Optional, not the default**: twice the default 2-layer detector's window cost (see the latency "
+           f"line; over the 25 ms target for a 512-token window that the default meets). Select it with "
+           f"`truthlens.models.detector: {model_dir}` and `truthlens.thresholds.token: {m['threshold']}`."]
+          if model_dir != "models/detector" else []),
         f"- **Recommended token threshold: {m['threshold']}** (`truthlens.thresholds.token`; chosen on dev only, "
         f"maximising example-level F1 on {', '.join(cfg['threshold_sources'])}; stored in `truthlens.json` "
         "provenance.recommended_token_threshold)",
@@ -174,13 +182,14 @@ def render(m: dict[str, Any]) -> str:
         f"- Training time: {tr['seconds']:.0f} s, {tr['steps']} steps x {cfg['batch_size']} rows "
         f"({tr['examples']} examples, 1 pass){' — stopped early by the wall-clock cap' if tr.get('stopped_early_by_time_budget') else ''}",
         f"- Hyper-parameters: seed {cfg['seed']}, AdamW lr {cfg['lr']}, linear warmup {cfg['warmup_ratio']} then decay, "
-        f"batch {cfg['batch_size']}, training rows {cfg['train_max_length']} tokens (same template and windowing as "
-        f"serving; the window sharing most vocabulary with the answer is kept), "
+        f"batch {cfg['batch_size']}, training rows {cfg['train_max_length']} tokens"
+        + "".join(f" ({src}: {n})" for src, n in (cfg.get("train_max_length_by_source") or {}).items())
+        + " (same template and windowing as serving; the window sharing most vocabulary with the answer is kept), "
         + ("embeddings frozen" if cfg.get("freeze_embeddings") else "nothing frozen")
         + (f" + lowest {cfg['freeze_layers']} encoder layers frozen" if cfg.get("freeze_layers") else "")
         + f", token class weights {cfg.get('class_weights')}; "
-        + ("configs `models/detector/train.yaml` (stage 1) and `train_stage2.yaml` (stage 2, these values)"
-           if m.get("stage1") else "config `models/detector/train.yaml`"),
+        + (f"configs `{model_dir}/train.yaml` (stage 1) and `train_stage2.yaml` (stage 2, these values)"
+           if m.get("stage1") else f"config `{model_dir}/train.yaml`"),
         f"- Exported: int8 dynamic-quantized ONNX"
         + (" with fused attention / layer-norm ops (`export: optimize`)" if "optimized_max_abs_diff" in m.get("export", {}) else "")
         + f", {m.get('size_bytes', 0) / 1e6:.1f} MB (+ tokenizer.json 0.5 MB); "
@@ -243,8 +252,11 @@ def render(m: dict[str, Any]) -> str:
         + "Dev AUROC by source: " + ", ".join(f"{k} {_f(v['auroc'])}" for k, v in mx["by_source"].items()) + ".",
         f"- Trained for {tr['seconds'] / 60:.0f} minutes on CPU: {tr['examples']} rows, one pass"
         + (f", {cfg['num_layers']} encoder layers" if cfg.get("num_layers") else "")
-        + ". A deeper encoder trained on a GPU over the full converted sets should do better; on CPU the "
-        "2-layer model is what meets the 25 ms window budget (`bench/results/detector-depth.md`).",
+        + ". On CPU the 2-layer default is what meets the 25 ms window budget (`bench/results/detector-depth.md`).",
+        "- Depth is what holds the default back. Same data, seed and recipe, lowest 2 vs 4 encoder layers "
+        "(dev AUROC on llm_rag / hand-written probe / synthetic QA / HaluEval QA / HaluEval dialogue): 2 layers "
+        "(`models/detector`, the default) 0.700 / 0.616 / 0.757 / 0.958 / 0.766; 4 layers (`models/detector-deep`, "
+        "optional, ~2x the window and training cost) 0.826 / 0.760 / 0.859 / 0.982 / 0.767.",
         *_rag_note(mx["by_source"].get("llm_rag"), mx["by_source"].get("handwritten_rag")),
         *_faithdial_note(mx["by_source"].get("faithdial")),
         "- Faithful answers that reword the context are often flagged. Share of faithful dev answers "
@@ -258,12 +270,17 @@ def render(m: dict[str, Any]) -> str:
         "HaluEval dialogue 0.763 -> 0.682) and the hand-written probe stayed at AUROC 0.58.",
         "- What `llm_rag` changed (same seed and recipe; dev AUROC on llm_rag / hand-written probe / synthetic QA / "
         "HaluEval QA / HaluEval dialogue): before it 0.534 / 0.536 / 0.840 / 0.973 / 0.836; llm_rag added to the "
-        "old mix (synthetic 7000, HaluEval QA 2400) 0.639 / 0.578 / 0.810 / 0.982 / 0.831; **shipped** (llm_rag "
+        "old mix (synthetic 7000, HaluEval QA 2400) 0.639 / 0.578 / 0.810 / 0.982 / 0.831; **shipped** 2-layer (llm_rag "
         "weighted up: synthetic 4000, HaluEval QA 1200) 0.700 / 0.616 / 0.757 / 0.958 / 0.766; the shipped mix "
         "with 256-token training rows instead of 160 (not shipped, 1.6x the training cost) 0.672 / 0.571 / 0.759 "
         "/ 0.960 / 0.824. The shipped recipe trades template-made synthetic skill for skill on LLM-written "
         "answers, the traffic the detector is for; it was chosen on llm_rag dev, and the probe (never used to "
         "choose) moved the same way.",
+        "- `llm_rag_multi` (1580 questions with three retrieved passages and 2-6 sentence answers) is dev-only "
+        "here. Trained on at 2 layers (all 2908 train records added, 384-token rows for them; not shipped): "
+        "llm_rag 0.700 -> 0.690, probe 0.616 -> 0.594, synthetic QA 0.757 -> 0.748, HaluEval QA 0.958 -> 0.966, "
+        "dialogue 0.766 -> 0.823, llm_rag_multi dev 0.664: more LLM-written data no longer moves the 2-layer "
+        "model on RAG answers. Training the 4-layer model on it is untried.",
         "- Earlier attempts to teach it rewording (not shipped; hand-written probe AUROC scored one answer at a "
         "time, where the model shipped before llm_rag got 0.56): (a) SummEdits added to the training mix (1948 LLM summaries: consistent "
         "rewordings faithful, single inconsistent edits as spans): synthetic QA AUROC 0.840 -> 0.854, FaithDial "
@@ -299,8 +316,8 @@ def render(m: dict[str, Any]) -> str:
         "```",
         "PYTHONPATH=. .venv/bin/python -m models.data.convert --out data-cache/hallucination",
         "PYTHONPATH=. .venv/bin/python -m models.data.synthetic --out data-cache/hallucination",
-        "PYTHONPATH=. .venv/bin/python -m models.train_detector --config models/detector/train.yaml --out models/detector",
-        "PYTHONPATH=. .venv/bin/python -m models.detector_card models/detector --latency",
+        f"PYTHONPATH=. .venv/bin/python -m models.train_detector --config {model_dir}/train.yaml --out {model_dir}",
+        f"PYTHONPATH=. .venv/bin/python -m models.detector_card {model_dir} --latency",
         "```",
         "",
         "`--eval-only` re-scores the exported model on dev without retraining; `--max-steps N` caps a run.",
@@ -320,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency:
         m["latency"] = measure_latency(args.model_dir, args.data, threads=m["config"].get("threads") or 2)
         path.write_text(json.dumps(m, indent=2) + "\n", encoding="utf-8")
-    (args.model_dir / "README.md").write_text(render(m), encoding="utf-8")
+    (args.model_dir / "README.md").write_text(render(m, f"models/{args.model_dir.name}"), encoding="utf-8")
     return 0
 
 

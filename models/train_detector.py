@@ -198,7 +198,7 @@ def train_with_budget(model: Any, train_ex: list[common.Example], cfg: dict[str,
 
 
 def run(cfg: dict[str, Any], out_dir: Path, base_dir: Path, data_dir: Path = DATA_DIR,
-        export: bool = True) -> dict[str, Any]:
+        export: bool = True, config_path: str = "models/detector/train.yaml") -> dict[str, Any]:
     common.set_seed(cfg["seed"])
     common.set_threads(cfg.get("threads"))
     rng = random.Random(cfg["seed"])
@@ -232,7 +232,7 @@ def run(cfg: dict[str, Any], out_dir: Path, base_dir: Path, data_dir: Path = DAT
                                labels=LABELS, template=TEMPLATE, max_length=cfg["max_length"],
                                context_overlap=cfg.get("context_overlap", 64),
                                provenance={"base_model": common.BASE_MODEL_NAME, "seed": cfg["seed"],
-                                           "train_config": "models/detector/train.yaml"})
+                                           "train_config": config_path})
         metrics["export"] = {"seconds": t_exp["seconds"], **{k: v for k, v in rep.items() if k != "out_dir"}}
         metrics["size_bytes"] = (out_dir / "model.onnx").stat().st_size
         return evaluate_export(cfg, out_dir, metrics, feat, dev)
@@ -288,7 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         feat = Featurizer.from_file(str(base / "tokenizer.json"), cfg.get("context_overlap", 64))
         metrics = evaluate_export(cfg, args.out, metrics, feat, dev_sets(cfg, args.data))
     else:
-        metrics = run(cfg, args.out, common.base_model_dir(), args.data, export=not args.no_export)
+        metrics = run(cfg, args.out, common.base_model_dir(), args.data, export=not args.no_export,
+                      config_path=args.config.as_posix())
     agg = metrics["dev"]["aggregations"]["max"]
     print(f"threshold {metrics['threshold']}  train {metrics['train']['seconds']}s")
     for src, m in agg["by_source"].items():
