@@ -30,7 +30,7 @@ def errors_of(mapping: object) -> list[str]:
 def test_example_parses_into_typed_attributes() -> None:
     cfg = load_config(EXAMPLE)
     assert cfg.server.grpc_address == "127.0.0.1:50051"
-    assert cfg.truthlens.thresholds.token == 0.4
+    assert cfg.truthlens.thresholds.token == 0.35
     assert cfg.truthlens.models.detector == "models/detector"
     assert cfg.truthlens.modes.standard.max_iterations == 2
     medical, internal = cfg.decisions

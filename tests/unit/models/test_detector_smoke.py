@@ -5,6 +5,7 @@ loads the directory and scores an answer."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,11 @@ def test_train_export_load_predict(tmp_path: Path):
     assert 0.05 <= dev["threshold"] <= 0.95
     assert dev["by_source"]["toy"]["n"] == 6
     assert json.loads((out / "metrics.json").read_text())["threshold"] == metrics["threshold"]
+    # the per-threshold trade-off the card prints: F1 agrees with the F1 sweep, faithful answers are counted
+    sweep = dev["threshold_sweep"]
+    assert sweep.keys() == dev["threshold_sweep_f1"].keys()
+    assert all(v["f1"] == dev["threshold_sweep_f1"][t] and v["fp"] + v["tn"] == 3 for t, v in sweep.items())
+    assert sweep["0.05"]["recall"] >= sweep["0.95"]["recall"]
 
     manifest = load_manifest(out)
     assert manifest.task == "token-classification"
@@ -72,3 +78,18 @@ def test_train_export_load_predict(tmp_path: Path):
     head = [p for (s, _), p in zip(scores.offsets, scores.probs) if s < cut]
     tail = [p for (s, _), p in zip(scores.offsets, scores.probs) if s >= cut]
     assert sum(tail) / len(tail) > sum(head) / len(head)
+
+
+def test_long_context_sources_get_longer_training_rows(tmp_path: Path):
+    """train_max_length_by_source: a source whose evidence sits in a long context keeps more of it."""
+    data = tmp_path / "data"
+    filler = " ".join(f"Company {k} sells tea." for k in range(40))
+    recs = [make_record(f"long-{i}", [filler, f"The office of company {i} is in Delhi."], "Where is the office?",
+                        "The office is in Delhi.", [], "qa", "a", str(i)) for i in range(2)]
+    write_jsonl(data / "a.train.jsonl", recs)
+    write_jsonl(data / "b.train.jsonl", [{**r, "source": "b"} for r in recs])
+    feat = train_detector.Featurizer.from_file(str(common.tiny_bert_dir(tmp_path / "tiny") / "tokenizer.json"), 8)
+    cfg = {"train_mix": {"a": "all", "b": "all"}, "train_max_length": 48, "train_max_length_by_source": {"b": 160}}
+    rows = train_detector.build_train(cfg, feat, data, random.Random(0))
+    by_src = {src: [len(e.input_ids) for e in rows if e.meta["source"] == src] for src in ("a", "b")}
+    assert max(by_src["a"]) <= 48 < min(by_src["b"]) <= 160
