@@ -92,13 +92,14 @@ def _dev_table(agg: dict[str, Any], windows: dict[str, float]) -> str:
 
 
 def _serving(m: dict[str, Any]) -> list[str]:
-    """The serving pipeline's own measurement (`truthlens eval`), when one was recorded."""
-    sc = m.get("serving_check")
-    if not sc:
-        return []
-    return [f"Serving pipeline check (`{sc['command']}`, span filters and thresholds as the gateway applies "
-            f"them): {sc['data']}: n {sc['n']} ({sc['positives']} hallucinated), example-level P {sc['precision']} "
-            f"/ R {sc['recall']} / **F1 {sc['f1']}**, char-span F1 {sc['span_f1']}, AUROC {sc['auroc']}.", ""]
+    """The serving pipeline's own measurements (`truthlens eval`), when recorded (one dict or a list)."""
+    checks = m.get("serving_check") or []
+    out = []
+    for sc in [checks] if isinstance(checks, dict) else checks:
+        out += [f"Serving pipeline check (`{sc['command']}`, span filters and thresholds as the gateway applies "
+                f"them): {sc['data']}: n {sc['n']} ({sc['positives']} hallucinated), example-level P {sc['precision']} "
+                f"/ R {sc['recall']} / **F1 {sc['f1']}**, char-span F1 {sc['span_f1']}, AUROC {sc['auroc']}.", ""]
+    return out
 
 
 def _flag_all_f1(m: dict[str, Any]) -> float:
