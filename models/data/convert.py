@@ -335,7 +335,8 @@ def parse_llm_rag(text: str) -> tuple[list[dict[str, str]], list[str]]:
     for line in text.splitlines():
         if line.startswith("### "):
             head = _BLOCK_ID.fullmatch(line[4:].strip())
-            block = {"id": head.group(1), "passages": (head.group(2) or "").strip()} if head else {"id": ""}
+            block = ({"id": head.group(1), "passages": (head.group(2) or "").strip()} if head
+                     else {"id": "", "bad_header": line[4:].strip()})
             blocks.append(block)
         elif block is not None and line[:3] in ("F: ", "H: ", "K: "):
             block[line[0]] = line[3:].strip()
@@ -352,7 +353,7 @@ def parse_llm_rag(text: str) -> tuple[list[dict[str, str]], list[str]]:
         elif unmark(h)[0] == f:
             why = "H equals F"
         if why:
-            rejected.append(f"{b['id']}: {why}")
+            rejected.append(f"{b['id'] or repr(b.get('bad_header', ''))}: {why}")
         else:
             items.append(b)
     return items, rejected

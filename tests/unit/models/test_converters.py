@@ -358,7 +358,7 @@ K: conflict
 def test_llm_rag_multi_joins_the_listed_passages_in_order(shared: Path, tmp_path: Path, monkeypatch):
     items, rejected = convert.parse_llm_rag(LLM_RAG_MULTI_TEXT)
     assert [(it["id"], it["passages"]) for it in items] == [("2", "1 2 0")]
-    assert [r.split(": ", 1)[1] for r in rejected] == ["missing id, F, H or K"] * 2
+    assert rejected == ["'1 @': missing id, F, H or K", "'1 @ 0 x': missing id, F, H or K"]
     path = tmp_path / "multi.txt"
     path.write_text(LLM_RAG_MULTI_TEXT, encoding="utf-8")
     monkeypatch.setattr(convert, "LLM_RAG_MULTI", path)
