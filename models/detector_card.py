@@ -164,13 +164,15 @@ def _rag_note(lr: dict[str, Any] | None, hw: dict[str, Any] | None, multi: dict[
     return out
 
 
+def _faithful_flagged(ex: dict[str, Any]) -> float:
+    """Share of faithful answers flagged: the false-alarm rate an operator will see."""
+    return ex["fp"] / max(1, ex["fp"] + ex["tn"])
+
+
 def _sweep_table(agg: dict[str, Any]) -> str:
-    """Per-threshold trade-off on the threshold-selection sets (older metrics.json: F1 only)."""
-    sweep = agg.get("threshold_sweep")
-    if not sweep:
-        return _table([[t, _f(v)] for t, v in agg["threshold_sweep_f1"].items()], ["threshold", "ex-F1"])
-    return _table([[t, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), f"{v['fp'] / max(1, v['fp'] + v['tn']):.2f}"]
-                   for t, v in sweep.items()], ["threshold", "ex-P", "ex-R", "ex-F1", "faithful flagged"])
+    """Per-threshold trade-off on the threshold-selection sets."""
+    return _table([[t, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), f"{_faithful_flagged(v):.2f}"]
+                   for t, v in agg["threshold_sweep"].items()], ["threshold", "ex-P", "ex-R", "ex-F1", "faithful flagged"])
 
 
 def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
@@ -278,7 +280,7 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         *_faithdial_note(mx["by_source"].get("faithdial")),
         "- Faithful answers that reword the context are often flagged. Share of faithful dev answers "
         "flagged at the threshold: " + ", ".join(
-            f"{k} {v['example_level']['fp'] / max(1, v['example_level']['fp'] + v['example_level']['tn']):.2f}"
+            f"{k} {_faithful_flagged(v['example_level']):.2f}"
             for k, v in mx["by_source"].items()) + ". Tried (not shipped): 3000 NLI pairs read as answers "
         "(MNLI, SNLI, ANLI and FEVER premises as context; entailed hypotheses faithful, neutral and "
         "contradicting ones one whole span, plus entailed+unsupported pairs with the span on the second part) "
