@@ -131,7 +131,7 @@ class ModelsConfig:
 @dataclass(frozen=True, slots=True)
 class ThresholdsConfig:
     sentinel: float = _unit(0.49)
-    token: float = _unit(0.35)
+    token: float = _unit(0.4)
     response: float = _unit(0.5)
     nli_entailment: float = _unit(0.9)
     min_span_tokens: int = _bounded(1, 1)

@@ -43,7 +43,7 @@ SOURCES = {
                 "with one marked baseless addition, changed fact or overclaim", "MIT (HaluEval); answers: "
                 "same as this repository"),
     "llm_rag_multi": ("HaluEval QA questions with three retrieved passages each (their own and two passages of other "
-                      "questions that share rare words with it) and 2-6 sentence chat-style answers written for "
+                      "questions that share rare words with it) and 2-8 sentence chat-style answers written for "
                       "this project by LLM sessions (`models/data/llm_rag_multi_answers.txt`), marked like llm_rag",
                       "MIT (HaluEval); answers: same as this repository"),
 }
@@ -147,7 +147,7 @@ def _rag_note(lr: dict[str, Any] | None, hw: dict[str, Any] | None, multi: dict[
     if multi:
         ex = multi["example_level"]
         out.append(
-            f"- **Multi-passage LLM-style answers** (`llm_rag_multi` dev: {multi['n']} answers of 2-6 sentences over "
+            f"- **Multi-passage LLM-style answers** (`llm_rag_multi` dev: {multi['n']} answers of 2-8 sentences over "
             f"three retrieved passages, the closest shape here to real RAG QA): AUROC {_f(multi['auroc'])} "
             f"({_skill(multi['auroc'])}), example precision {_f(ex['precision'])} / recall {_f(ex['recall'])} / F1 "
             f"{_f(ex['f1'])} (flagging everything: {_flag_all_f1(multi):.3f}); it flags {ex['fp']} of "
@@ -190,8 +190,8 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "with the whole answer; the runtime takes the max over windows per token.",
         "",
         f"- Base model: {BASE}" + (f"; only its lowest **{cfg['num_layers']} layers** are kept" if cfg.get("num_layers") else ""),
-        *([f"- **Optional, not the default**: twice the default 2-layer detector's window cost (see the latency "
-           f"line; over the 25 ms target for a 512-token window that the default meets). Select it with "
+        *([f"- **Optional, not the default**: a deeper encoder than the default detector's, so a larger window cost "
+           f"(see the latency line; over the 25 ms target for a 512-token window that the default meets). Select it with "
            f"`truthlens.models.detector: {model_dir}` and `truthlens.thresholds.token: {m['threshold']}`."]
           if model_dir != "models/detector" else []),
         f"- **Recommended token threshold: {m['threshold']}** (`truthlens.thresholds.token`; chosen on dev only, "
@@ -274,7 +274,8 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         + "Dev AUROC by source: " + ", ".join(f"{k} {_f(v['auroc'])}" for k, v in mx["by_source"].items()) + ".",
         f"- Trained for {tr['seconds'] / 60:.0f} minutes on CPU: {tr['examples']} rows, one pass"
         + (f", {cfg['num_layers']} encoder layers" if cfg.get("num_layers") else "")
-        + ". On CPU the 2-layer default is what meets the 25 ms window budget (`bench/results/detector-depth.md`).",
+        + ". 3 layers is the deepest encoder that meets the 25 ms window budget on 2 CPU cores "
+        "(`bench/results/detector-depth.md`, `bench/results/inference.md`).",
         *_rag_note(mx["by_source"].get("llm_rag"), mx["by_source"].get("handwritten_rag"),
                    mx["by_source"].get("llm_rag_multi")),
         *_faithdial_note(mx["by_source"].get("faithdial")),
@@ -295,16 +296,21 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "/ 0.960 / 0.824. That recipe (kept, plus llm_rag_multi) trades template-made synthetic skill for skill on LLM-written "
         "answers, the traffic the detector is for; it was chosen on llm_rag dev, and the probe (never used to "
         "choose) moved the same way.",
-        "- Depth is what holds the default back. Same data, seed and recipe, lowest 2 vs 4 encoder layers (dev "
-        "AUROC on llm_rag / llm_rag_multi / hand-written probe / synthetic QA / HaluEval QA / HaluEval dialogue): "
-        "2 layers (`models/detector`, the default) 0.690 / 0.664 / 0.594 / 0.748 / 0.966 / 0.823; 4 layers "
-        "(`models/detector-deep`, optional, ~2x the window cost and ~2x the training time) 0.891 / 0.799 / 0.823 / "
-        "0.908 / 0.990 / 0.814.",
-        "- What `llm_rag_multi` changed (1580 questions with three retrieved passages and 2-6 sentence answers, "
-        "384-token training rows for them; same seed and recipe, AUROC in the order above). Without it: 2 layers "
-        "0.700 / 0.553 / 0.616 / 0.757 / 0.958 / 0.766, 4 layers 0.826 / 0.584 / 0.760 / 0.859 / 0.982 / 0.767. "
-        "At 2 layers it lifts its own dev and dialogue for -0.01 on llm_rag and synthetic QA and -0.02 on the "
-        "48-answer probe; at 4 layers it lifts every QA-like dev set. Both bundled detectors are trained with it.",
+        "- Depth is what LLM-written answers need. Same data (llm_rag_multi's first 1580 questions), seed and "
+        "recipe, lowest 2 / 3 / 4 encoder layers (dev AUROC on llm_rag / llm_rag_multi's 252-answer dev of that "
+        "time / hand-written probe / synthetic QA / HaluEval QA / HaluEval dialogue): 2 layers (the default "
+        "before) 0.690 / 0.664 / 0.594 / 0.748 / 0.966 / 0.823; 3 layers 0.828 / 0.733 / 0.755 / 0.854 / 0.986 / "
+        "0.739; 4 layers 0.891 / 0.799 / 0.823 / 0.908 / 0.990 / 0.814. 3 layers is the deepest encoder whose "
+        "512-token window stays under the 25 ms target on 2 CPU cores (21 ms end to end), so `models/detector` "
+        "has 3 and the opt-in `models/detector-deep` 4.",
+        "- What `llm_rag_multi` changed (three retrieved passages per question, 384-token training rows for "
+        "them; same seed and recipe, AUROC in the order above). Its first 1580 questions, against none: 2 layers "
+        "0.700 / 0.553 / 0.616 / 0.757 / 0.958 / 0.766 -> 0.690 / 0.664 / 0.594 / 0.748 / 0.966 / 0.823, 4 layers "
+        "0.826 / 0.584 / 0.760 / 0.859 / 0.982 / 0.767 -> 0.891 / 0.799 / 0.823 / 0.908 / 0.990 / 0.814. The "
+        "3200 questions added next (4780 in all: half with conflicts that mix up the passages, half with "
+        "thorough 3-8 sentence answers), at 3 layers: llm_rag 0.828 -> 0.882, llm_rag_multi on its 752-answer "
+        "dev 0.746 -> 0.847, probe 0.755 -> 0.733, synthetic QA 0.854 -> 0.907, HaluEval QA 0.986 -> 0.977, "
+        "dialogue 0.739 -> 0.827, for 2.2x the training time (943 -> 2101 s).",
         "- Earlier attempts to teach it rewording (not shipped; hand-written probe AUROC scored one answer at a "
         "time, where the model shipped before llm_rag got 0.56): (a) SummEdits added to the training mix (1948 LLM summaries: consistent "
         "rewordings faithful, single inconsistent edits as spans): synthetic QA AUROC 0.840 -> 0.854, FaithDial "

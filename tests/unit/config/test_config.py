@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def errors_of(mapping: object) -> list[str]:
 def test_example_parses_into_typed_attributes() -> None:
     cfg = load_config(EXAMPLE)
     assert cfg.server.grpc_address == "127.0.0.1:50051"
-    assert cfg.truthlens.thresholds.token == 0.35
+    assert cfg.truthlens.thresholds.token == 0.4
     assert cfg.truthlens.models.detector == "models/detector"
     assert cfg.truthlens.modes.standard.max_iterations == 2
     medical, internal = cfg.decisions
@@ -48,6 +49,13 @@ def test_example_shows_the_defaults() -> None:
     raw = yaml.safe_load(EXAMPLE.read_text())
     raw.pop("decisions")
     assert parse_config(raw) == default_config()
+
+
+def test_default_token_threshold_is_the_bundled_detectors() -> None:
+    """Retraining the default detector moves its dev-chosen threshold; the config default must follow."""
+    manifest = json.loads((EXAMPLE.parents[1] / "models" / "detector" / "truthlens.json").read_text())
+    assert default_config().truthlens.thresholds.token == manifest["provenance"]["recommended_token_threshold"]
+    assert default_config().truthlens.models.detector == "models/detector"
 
 
 def test_empty_file_means_defaults(tmp_path: Path) -> None:
