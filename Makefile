@@ -54,7 +54,7 @@ test: setup-dev
 	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # Rebuild the three bundled models (and the optional 4-layer detector) from ../shared/data and the packaged MiniLM base
-# (CPU here; minutes to an hour depending on load). Each script takes --max-steps etc.
+# (CPU here: about two hours on 2 idle cores, most of it the two detectors). Each script takes --max-steps etc.
 models: setup-dev
 	$(PY) -m models.train_sentinel  --config models/sentinel/train.yaml  --out models/sentinel
 	$(PY) -m models.train_prefilter --config models/sentinel/train.yaml --model models/sentinel
