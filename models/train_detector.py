@@ -17,7 +17,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -118,11 +118,11 @@ def _with(items: Sequence[dict[str, Any]], how: str) -> list[dict[str, Any]]:
     return [{**it, "probs": it[how]} for it in items]
 
 
-def pick_threshold(items: Sequence[dict[str, Any]], grid: Sequence[float]) -> float:
-    """Token threshold maximising example-level F1 on the given dev items (ties -> nearer 0.5)."""
+def pick_threshold(f1_by_threshold: Mapping[float, float | None]) -> float:
+    """Token threshold with the best example-level F1 on the threshold-selection dev items (ties -> nearer 0.5)."""
     best, best_t = -1.0, 0.5
-    for t in sorted(grid, key=lambda v: abs(v - 0.5)):
-        f1 = metrics_at(items, t)["example_level"]["f1"] or 0.0
+    for t in sorted(f1_by_threshold, key=lambda v: abs(v - 0.5)):
+        f1 = f1_by_threshold[t] or 0.0
         if f1 > best + 1e-9:
             best, best_t = f1, float(t)
     return best_t
@@ -137,13 +137,16 @@ def evaluate(score: RowScorer, feat: Featurizer, dev: dict[str, list[dict[str, A
     chosen = [it for s in cfg["threshold_sources"] if s in items for it in items[s]]
     out: dict[str, Any] = {"eval_seconds": t_eval["seconds"], "aggregations": {}}
     for how in ("max", "min"):
-        thr = pick_threshold(_with(chosen, how), grid)
+        pooled = _with(chosen, how)
+        # one pass over the grid: it picks the threshold and is kept (precision / recall / faithful answers
+        # flagged per threshold) for operators trading recall for fewer alarms
+        sweep = {t: metrics_at(pooled, t)["example_level"] for t in grid}
+        thr = pick_threshold({t: ex["f1"] for t, ex in sweep.items()})
         per = {src: metrics_at(_with(its, how), thr) for src, its in items.items()}
-        # precision / recall / faithful answers flagged per threshold: operators trading recall for fewer alarms
-        sweep = {str(t): metrics_at(_with(chosen, how), t)["example_level"] for t in grid}
         out["aggregations"][how] = {
             "threshold": thr, "by_source": per,
-            "threshold_sweep": {t: {k: ex[k] for k in ("precision", "recall", "f1", "fp", "tn")} for t, ex in sweep.items()},
+            "threshold_sweep": {str(t): {k: ex[k] for k in ("precision", "recall", "f1", "fp", "tn")}
+                                for t, ex in sweep.items()},
         }
     out["windows_mean"] = {s: round(float(np.mean([i["windows"] for i in its])), 2) for s, its in items.items()}
     return out
