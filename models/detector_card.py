@@ -187,7 +187,8 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "`{context}\\n\\nQuestion: {question}` / `{answer}`, passages joined by a blank line). Labels "
         "`[supported, hallucinated]`; only answer tokens are scored. Long contexts are cut into "
         f"{cfg['max_length']}-token windows with {cfg.get('context_overlap', 64)} tokens of overlap, each paired "
-        "with the whole answer; the runtime takes the max over windows per token.",
+        "with the whole answer; the runtime takes the min over context windows per token (a token is supported "
+        "when any window supports it: `aggregate_windows`); cards trained before that rule also list the max.",
         "",
         f"- Base model: {BASE}" + (f"; only its lowest **{cfg['num_layers']} layers** are kept" if cfg.get("num_layers") else ""),
         *([f"- **Optional, not the default**: a deeper encoder than the default detector's, so a larger window cost "

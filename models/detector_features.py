@@ -15,7 +15,9 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from extproc.inference.manifest import DEFAULT_TEMPLATES
-from extproc.inference.windowing import PairInput, PairLayout, Row, detector_input, prepare_tokenizer, probe_layout
+from extproc.inference.windowing import (
+    PairInput, PairLayout, Row, aggregate_windows, detector_input, prepare_tokenizer, probe_layout,
+)
 from models.common import Example
 
 TEMPLATE: dict[str, str] = dict(DEFAULT_TEMPLATES["token-classification"])
@@ -78,15 +80,15 @@ def training_example(feat: Featurizer, rec: Mapping[str, Any], max_length: int) 
 
 
 def aggregate(pin: PairInput, row_probs: Sequence[np.ndarray], how: str) -> np.ndarray:
-    """Per answer token probability over all rows: max (the runtime's rule) or min."""
-    init = -np.inf if how == "max" else np.inf
-    agg = np.full(pin.second_len, init, dtype=np.float32)
+    """Per answer token probability over all rows: "min" is the runtime's evidence-aware rule
+    (`aggregate_windows`: min over context windows), "max" the rule it replaced, kept for comparison."""
+    if how == "min":
+        return aggregate_windows(pin, row_probs)
+    agg = np.zeros(pin.second_len, dtype=np.float32)
     for row, p in zip(pin.rows, row_probs):
         seg = p[row.second_start: row.second_start + row.second_count]
         tgt = agg[row.second_first: row.second_first + row.second_count]
-        agg[row.second_first: row.second_first + row.second_count] = (
-            np.maximum(tgt, seg) if how == "max" else np.minimum(tgt, seg))
-    agg[~np.isfinite(agg)] = 0.0
+        np.maximum(tgt, seg, out=tgt)
     return agg
 
 

@@ -24,6 +24,7 @@ from extproc.inference.windowing import (
     PairInput,
     PairLayout,
     Row,
+    aggregate_windows,
     detector_input,
     nli_inputs,
     prepare_tokenizer,
@@ -136,7 +137,7 @@ class OnnxModel:
 
 @dataclass(frozen=True, slots=True)
 class TokenScores:
-    """Detector output for one answer: P(positive label) per answer token, max over windows."""
+    """Detector output for one answer: P(positive label) per answer token (see `aggregate_windows`)."""
 
     offsets: tuple[tuple[int, int], ...]  # character offsets into the answer
     probs: np.ndarray  # float32, one per answer token
@@ -155,12 +156,8 @@ class Detector:
         return detector_input(self.model.tokenizer, self.model.layout, m.template, context, question, answer, m.max_length, m.context_overlap)
 
     def finish(self, prepared: PairInput, row_probs: Sequence[np.ndarray]) -> TokenScores:
-        probs = np.zeros(prepared.second_len, dtype=np.float32)
-        for row, p in zip(prepared.rows, row_probs):
-            seg = p[row.second_start : row.second_start + row.second_count, self._pos]
-            window = probs[row.second_first : row.second_first + row.second_count]
-            np.maximum(window, seg, out=window)
-        return TokenScores(prepared.second_offsets, probs, len(prepared.rows))
+        pos = [p[:, self._pos] for p in row_probs]
+        return TokenScores(prepared.second_offsets, aggregate_windows(prepared, pos), len(prepared.rows))
 
     def predict_batch(self, examples: Sequence[tuple[Sequence[str], str | None, str]]) -> list[TokenScores]:
         """Synchronous scoring of (context, question, answer) triples, rows batched together."""

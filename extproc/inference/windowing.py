@@ -4,8 +4,8 @@ A detector row is `[specials] prefix + context[a:b] + suffix [specials] answer[c
 Only context tokens are ever dropped from a row: the context is cut into
 overlapping windows and every window is paired with the whole answer (or,
 when the answer alone is too long, with overlapping answer chunks). Callers
-take the max over rows per answer token. Truncating `context + answer` at
-max length instead silently reports "clean" for long contexts.
+combine rows per answer token with `aggregate_windows`. Truncating
+`context + answer` at max length instead silently reports "clean" for long contexts.
 
 Special tokens come from the tokenizer's own post-processor (probed once), so
 BERT ([CLS] a [SEP] b [SEP], token types 0/1), ModernBERT (no token types) and
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from extproc.inference.templates import render_detector_first, render_prompt
@@ -167,6 +168,29 @@ def window_pair(
             first = (*prefix, *context[w0:w1], *suffix)
             rows.append(_pair_row(layout, first, second[c0:c1], c0))
     return rows
+
+
+def aggregate_windows(prepared: PairInput, row_scores: Sequence[np.ndarray]) -> np.ndarray:
+    """Per answer token P(unsupported) from every row's scores (one value per row position).
+
+    Evidence-aware: a token is supported when *any* context window supports it, so
+    rows that pair the same answer chunk with different context windows take the
+    min (a window that lacks the evidence must not flag what another window
+    supports; a contradiction is still flagged, since the windows without the
+    evidence do not support the claim either). Overlapping answer chunks, which
+    judge a token in two contexts of answer text, take the max.
+    """
+    by_chunk: dict[tuple[int, int], np.ndarray] = {}
+    for row, scores in zip(prepared.rows, row_scores):
+        seg = np.asarray(scores[row.second_start : row.second_start + row.second_count], dtype=np.float32)
+        key = (row.second_first, row.second_count)
+        seen = by_chunk.get(key)
+        by_chunk[key] = seg.copy() if seen is None else np.minimum(seen, seg)
+    out = np.zeros(prepared.second_len, dtype=np.float32)
+    for (first, count), seg in by_chunk.items():
+        window = out[first : first + count]
+        np.maximum(window, seg, out=window)
+    return out
 
 
 def _classify_first(enc, start: int, end: int) -> tuple[list[int], list[int], list[int]]:

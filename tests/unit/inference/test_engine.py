@@ -144,7 +144,7 @@ def test_bad_settings_name_the_key():
         EngineSettings(provider="gpu")
 
 
-def test_each_answer_token_takes_the_max_over_windows(tiny_models):
+def test_detector_finish_aggregates_windows_per_answer_token(tiny_models):
     det = Detector(OnnxModel(tiny_models["bert-token"], "detector", RuntimeOptions("cpu")))
     rows = (Row((0,) * 6, (0,) * 6, 2, 0, 3), Row((0,) * 6, (0,) * 6, 2, 1, 3))  # two windows, answer tokens 0-2 and 1-3
     pi = PairInput(rows, ((0, 1), (2, 3), (4, 5), (6, 7)), 4)

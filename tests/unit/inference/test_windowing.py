@@ -1,11 +1,14 @@
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
 from extproc.inference.manifest import DEFAULT_TEMPLATES
 from extproc.inference.templates import LETTUCEDETECT_TEMPLATE, render_detector_first
 from extproc.inference.windowing import (
+    PairInput,
+    aggregate_windows,
     detector_input,
     prepare_tokenizer,
     probe_layout,
@@ -130,3 +133,52 @@ def test_overlong_question_is_cut_so_context_and_answer_keep_their_room(bert_tok
     text = bert_tok.decode(list(row.input_ids))
     assert "paris is the capital." in text and text.endswith("lyon is the capital.")
     assert text.count("what is the capital of france") < 40
+
+
+def _evidence_scores(rows, supported_by):
+    """A stand-in detector: an answer token is supported (0.05) in a row whose context holds
+    its evidence token, unsupported (0.95) elsewhere; `supported_by` maps answer id -> evidence id."""
+    out = []
+    for row in rows:
+        ctx = set(row.input_ids[: row.second_start])
+        scores = np.full(len(row), 0.95, np.float32)
+        for k, tid in enumerate(_second(row)):
+            if supported_by.get(tid) in ctx:
+                scores[row.second_start + k] = 0.05
+        out.append(scores)
+    return out
+
+
+def test_answer_supported_by_one_of_three_windows_is_not_flagged(bert_tok):
+    rows = window_pair(probe_layout(bert_tok), PREFIX, CONTEXT, SUFFIX, ANSWER, max_length=128, overlap=16)
+    assert len(rows) >= 3
+    first_only = [t for t in CONTEXT if t in rows[0].input_ids and all(t not in r.input_ids for r in rows[1:])]
+    evidence = {a: first_only[i] for i, a in enumerate(ANSWER)}  # every answer token's evidence sits in window 1
+    probs = aggregate_windows(PairInput(tuple(rows), (), len(ANSWER)), _evidence_scores(rows, evidence))
+    assert probs.max() < 0.5  # the max over windows (the old rule) flagged every token
+
+
+def test_claim_no_window_supports_is_still_flagged(bert_tok):
+    rows = window_pair(probe_layout(bert_tok), PREFIX, CONTEXT, SUFFIX, ANSWER, max_length=128, overlap=16)
+    evidence = {a: CONTEXT[0] for a in ANSWER[:6]}  # the rest (a contradiction, say) has support nowhere
+    probs = aggregate_windows(PairInput(tuple(rows), (), len(ANSWER)), _evidence_scores(rows, evidence))
+    assert probs[:6].max() < 0.5 and probs[6:].min() > 0.5
+
+
+def test_overlapping_answer_chunks_take_the_max():
+    from extproc.inference.windowing import Row
+
+    rows = (Row((0,) * 6, (0,) * 6, 2, 0, 3), Row((0,) * 6, (0,) * 6, 2, 1, 3))  # answer tokens 0-2 and 1-3
+    p0 = np.array([0, 0, 0.2, 0.9, 0.1, 0], np.float32)
+    p1 = np.array([0, 0, 0.5, 0.3, 0.8, 0], np.float32)
+    probs = aggregate_windows(PairInput(rows, (), 4), [p0, p1])
+    assert probs.tolist() == pytest.approx([0.2, 0.9, 0.3, 0.8])
+
+
+def test_context_windows_of_one_answer_chunk_take_the_min():
+    from extproc.inference.windowing import Row
+
+    rows = (Row((0,) * 6, (0,) * 6, 2, 0, 3), Row((0,) * 6, (0,) * 6, 2, 0, 3))  # same answer chunk, two contexts
+    p0 = np.array([0, 0, 0.2, 0.9, 0.7, 0], np.float32)
+    p1 = np.array([0, 0, 0.5, 0.3, 0.8, 0], np.float32)
+    assert aggregate_windows(PairInput(rows, (), 3), [p0, p1]).tolist() == pytest.approx([0.2, 0.3, 0.7])
