@@ -63,24 +63,43 @@ def merge_tokens(
     return spans
 
 
-def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
-    """Byte-level BPE offsets can include the leading space; spans should not."""
+def _word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def snap_to_words(text: str, start: int, end: int) -> tuple[int, int]:
+    """Whole words, no surrounding whitespace: a span that starts or ends inside a word
+    (WordPiece "##" pieces, BPE fragments) grows to the word's edges, and byte-level BPE's
+    leading space is dropped, so spans and the warning quote whole words."""
     while start < end and text[start].isspace():
         start += 1
     while end > start and text[end - 1].isspace():
         end -= 1
+    if start >= end:
+        return start, end
+    while start > 0 and _word_char(text[start - 1]) and _word_char(text[start]):
+        start -= 1
+    while end < len(text) and _word_char(text[end - 1]) and _word_char(text[end]):
+        end += 1
     return start, end
 
 
 def filter_spans(text: str, raw: Sequence[RawSpan], f: SpanFilter) -> list[RawSpan]:
-    """Apply min_span_tokens / min_span_chars / min_span_confidence."""
-    out = []
+    """Snap to whole words (spans that then overlap merge), then apply min_span_tokens /
+    min_span_chars / min_span_confidence."""
+    snapped: list[RawSpan] = []
     for sp in raw:
-        start, end = _trimmed(text, sp.start, sp.end)
-        if len(sp.probs) < f.min_span_tokens or end - start < f.min_span_chars or sp.score < f.min_span_confidence:
-            continue
-        out.append(RawSpan(start, end, sp.probs))
-    return out
+        start, end = snap_to_words(text, sp.start, sp.end)
+        if snapped and start < snapped[-1].end:
+            last = snapped.pop()
+            sp = RawSpan(last.start, max(last.end, end), last.probs + sp.probs)
+            start, end = sp.start, sp.end
+        snapped.append(RawSpan(start, end, sp.probs))
+    return [
+        sp for sp in snapped
+        if len(sp.probs) >= f.min_span_tokens and sp.end - sp.start >= f.min_span_chars
+        and sp.score >= f.min_span_confidence
+    ]
 
 
 def to_api_spans(text: str, raw: Sequence[RawSpan]) -> list[Span]:

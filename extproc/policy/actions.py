@@ -173,5 +173,10 @@ def _bool(value: bool) -> str:
 
 
 def _quote(text: str, limit: int) -> str:
+    """The span, whitespace-folded; a long one is cut at a word boundary so it quotes whole words."""
     flat = " ".join(text.split())
-    return _COMPACT_UTF8.encode(flat if len(flat) <= limit else flat[: limit - 1] + "…")
+    if len(flat) > limit:
+        head = flat[: limit - 1]
+        cut = head.rfind(" ")
+        flat = (head[:cut] if cut > 0 else head) + "…"
+    return _COMPACT_UTF8.encode(flat)

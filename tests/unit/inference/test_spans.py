@@ -10,6 +10,7 @@ from extproc.inference.spans import (
     response_score,
     sentence_bounds,
     sentence_for,
+    snap_to_words,
     to_api_spans,
 )
 
@@ -74,3 +75,16 @@ def test_sentence_holding_a_span():
     assert sentence_for(TEXT, bounds, 14, 18) == "Lyon has 9 million people."
     assert sentence_for(TEXT, bounds, 9, 18) == TEXT  # crosses a boundary: both sentences
     assert math.isclose(len(sentence_bounds("one\ntwo")), 2)
+
+
+def test_spans_snap_to_whole_words():
+    text = "The tower is 1,280 metres tall in Oslonia."
+    # WordPiece-style pieces: "Os" flagged, "lon" not, "ia" flagged -> one span, the whole word
+    raw = [RawSpan(34, 36, (0.9,)), RawSpan(39, 41, (0.8,))]
+    (span,) = filter_spans(text, raw, SpanFilter(0.5, 1, 2, 0.5))
+    assert text[span.start:span.end] == "Oslonia" and span.probs == (0.9, 0.8)
+    # a span cut inside a number and a word grows to both edges, punctuation outside stays out
+    (span,) = filter_spans(text, [RawSpan(15, 21, (0.9,))], SpanFilter(0.5, 1, 2, 0.5))
+    assert text[span.start:span.end] == "280 metres"
+    assert snap_to_words(text, 13, 14) == (13, 14)  # "1" is a whole word before the comma
+    assert snap_to_words(text, 24, 26) == (19, 25)  # "s ": the space is dropped, the word grows to "metres"

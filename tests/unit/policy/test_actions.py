@@ -109,6 +109,15 @@ def test_warning_truncates_long_and_many_spans() -> None:
     assert all(len(part) <= 82 for part in text.removesuffix(" and 3 more").split(", "))
 
 
+def test_warning_cuts_a_long_span_between_words() -> None:
+    words = "the committee approved the extraordinarily ambitious reconstruction plan in nineteen ninety"
+    span = Span(0, 200, f"{words} {words}", 0.9, 30)
+    text = warning_text(Verdict.checked(dec("warn"), DetectionResult(0.9, (span,))), "{spans}")
+    quoted = text.strip('"').removesuffix("…")
+    assert text.endswith('…"') and len(quoted) < 80
+    assert span.text.startswith(quoted + " ")  # ends on a whole word, right before a space
+
+
 def test_block_action_returns_openai_error() -> None:
     tl = parse_config({"truthlens": {"block_status": 451}}).truthlens
     plan = plan_actions(Verdict.checked(dec("block"), RESULT), dec("block"), tl)
