@@ -392,6 +392,125 @@ def llm_rag_multi(root: Path, limit: int | None = None) -> Iterator[Record]:
     return llm_rag(root, limit, LLM_RAG_MULTI, "llm_rag_multi")
 
 
+# ---------------------------------------------------------------- FRANK and QAGS (human judgements of real summaries)
+
+
+def frank(root: Path, limit: int | None = None) -> Iterator[Record]:
+    """FRANK: summaries by nine real systems (bart, bert_sum, bus, pgn, s2s on CNN/DM; BERTS2S,
+    TConvS2S, TranS2S, PtGen on XSum) of 499 articles, judged sentence by sentence by three annotators.
+
+    The per-sentence annotations (human_annotations_sentence.json) are missing from the snapshot, so
+    the label is summary-level: `Factuality` is the share of the summary's sentences judged free of
+    factual errors, and any summary below 1.0 is hallucinated as a whole (`_whole`). That is exact
+    when every sentence was judged wrong (Factuality 0, e.g. every one-sentence XSum summary) and a
+    superset of the wrong sentences otherwise (441 multi-sentence summaries between 0 and 1).
+    answer = the `<system>_lines` sentences FRANK annotated, joined by a space (Factuality x their
+    count is always whole). All 2246 annotated summaries have their article, so all are yielded
+    (1436 hallucinated); a row without article or sentences would be skipped and counted on stderr.
+    Evaluation only, and not independent of two training sources: the XSum half is the same
+    article/summary pairs as `xsum` (773 of its 996 in xsum's train split), and 202 of the 250
+    CNN/DM articles are HaluEval summarization documents (the id says which half: frank-cnndm/-bbc).
+    """
+    arts = root / "frank/data/articles-wbertscore-json"
+    cache: dict[str, dict | None] = {}
+    n, skipped = 0, 0
+    for r in json.load(open(root / "frank/data/human_annotations.json", encoding="utf-8")):
+        h, model = r["hash"], r["model_name"]
+        if h not in cache:
+            path = arts / f"{h}.json"
+            cache[h] = json.load(open(path, encoding="utf-8")) if path.is_file() else None
+        art = cache[h] or {}
+        article = (art.get("article") or "").strip()
+        answer = " ".join(_unescape(s).strip() for s in art.get(f"{model}_lines") or [] if s.strip())
+        if not article or not answer:
+            skipped += 1
+            continue
+        if limit is not None and n >= limit:
+            break
+        spans = _whole(answer) if float(r["Factuality"]) < 1.0 else []
+        yield make_record(f"frank-{r['dataset']}-{h}-{model}", article, None, answer, spans,
+                          "summarization", "frank", _digest(article))
+        n += 1
+    if skipped:
+        print(f"frank: {skipped} annotated summaries without article or sentences skipped", file=sys.stderr)
+
+
+def qags(root: Path, limit: int | None = None) -> Iterator[Record]:
+    """QAGS: Bottom-Up summaries of CNN/DM articles (235) and BART summaries of XSum articles (239),
+    each summary sentence judged supported by the article or not ("yes"/"no") by three MTurk workers.
+
+    answer = the summary sentences joined by a space; a sentence is a hallucinated span when the
+    majority of its workers answered "no" (with three workers: two or three). Yields 474 summaries,
+    245 with at least one span. Evaluation only; 193 of the CNN/DM articles are also HaluEval
+    summarization documents (171 in its train split).
+    """
+    n = 0
+    for name in ("cnndm", "xsum"):
+        for i, r in _jsonl(root / f"qags/data/mturk_{name}.jsonl", None):
+            if limit is not None and n >= limit:
+                return
+            article = r["article"].strip()
+            answer, spans = "", []
+            for s in r["summary_sentences"]:
+                sentence = s["sentence"].strip()
+                if not sentence:
+                    continue
+                if answer:
+                    answer += " "
+                votes = [str(x["response"]).strip().lower() for x in s["responses"]]
+                if 2 * votes.count("no") > len(votes):
+                    spans.append((len(answer), len(answer) + len(sentence)))
+                answer += sentence
+            if not article or not answer:
+                continue
+            yield make_record(f"qags-{name}-{i}", article, None, answer, spans, "summarization", "qags",
+                              _digest(article))
+            n += 1
+
+
+# ---------------------------------------------------------------- ExpertQA and AttributionBench (already eval JSONL)
+
+
+def _question_group(question: str) -> str:
+    """Split key of a QA item: the question with its whitespace collapsed (one AttributionBench copy
+    of an ExpertQA question differs from the original only by a trailing space)."""
+    return _digest(" ".join(question.split()))
+
+
+def _eval_rows(path: Path, source: str, limit: int | None, task: Callable[[dict], str]) -> Iterator[Record]:
+    for _i, r in _jsonl(path, limit):
+        spans = [(lab["start"], lab["end"]) for lab in r["labels"]]
+        yield make_record(r["id"], r["context"], r["question"], r["answer"], spans, task(r), source,
+                          _question_group(r["question"] or ""))
+
+
+def expertqa(root: Path, limit: int | None = None) -> Iterator[Record]:
+    """ExpertQA (shared expertqa.jsonl, already in this format): GPT-4 answers to experts' questions
+    (retrieve-and-read or post-hoc cited), judged claim by claim by the experts against the cited
+    evidence. Labels are kept as converted there: the claims judged Partial or Incomplete support
+    (whole answers with claim spans, or single claims as the whole answer); Complete = supported.
+    task "rag_qa" or "posthoc_attributed_qa" from the row; grouped by question. Evaluation only.
+    """
+    return _eval_rows(root / "expertqa/expertqa.jsonl", "expertqa", limit, lambda r: r["task"])
+
+
+def attributionbench(root: Path, limit: int | None = None) -> Iterator[Record]:
+    """AttributionBench subset (HAGRID, Stanford-GenSearch, AttrScore-GenSearch, ExpertQA): one
+    claim (a sentence of a real system's answer) per record with the references it cites; a claim
+    judged not attributable to them is one whole-answer span, balanced 50/50 by construction.
+
+    The sub-dataset (second part of the id, `attributionbench/<sub>/...`) is appended to the task
+    ("rag_qa/HAGRID") so evaluations report it apart. Grouped by question with the same key as
+    `expertqa`, so a question shared by both sets lands on the same side of any split. Evaluation only.
+    """
+    def task(r: dict) -> str:
+        parts = r["id"].split("/")
+        return f"{r['task']}/{parts[1]}" if len(parts) > 2 else r["task"]
+
+    return _eval_rows(root / "attributionbench_subset/attributionbench_subset.jsonl", "attributionbench",
+                      limit, task)
+
+
 SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
     "halueval_qa": halueval_qa,
     "halueval_dialogue": halueval_dialogue,
@@ -403,11 +522,17 @@ SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
     "handwritten_rag": handwritten_rag,
     "llm_rag": llm_rag,
     "llm_rag_multi": llm_rag_multi,
+    "frank": frank,
+    "qags": qags,
+    "expertqa": expertqa,
+    "attributionbench": attributionbench,
 }
 
 # Small span sets get a bigger dev share so their dev metrics mean something.
-# FaithDial's audit and the hand-written probe are evaluation only: all of them go to dev.
-DEV_FRACTION = {"faithbench": 0.25, "xsum": 0.25, "faithdial": 1.0, "summedits": 0.2, "handwritten_rag": 1.0}
+# FaithDial's audit, the hand-written probe and the human-judged sets of real system outputs
+# (FRANK, QAGS, ExpertQA, AttributionBench) are evaluation only: all of them go to dev.
+DEV_FRACTION = {"faithbench": 0.25, "xsum": 0.25, "faithdial": 1.0, "summedits": 0.2, "handwritten_rag": 1.0,
+                "frank": 1.0, "qags": 1.0, "expertqa": 1.0, "attributionbench": 1.0}
 
 
 def convert(source: str, root: Path, out: Path, dev_fraction: float | None = None,

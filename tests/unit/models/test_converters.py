@@ -384,3 +384,139 @@ def test_committed_llm_rag_answers_are_well_formed(path: Path, at_least: int, pa
         assert len(rows) == passages and (not rows or it["id"] in rows)
     kinds = {k: sum(it["K"] == k for it in items) for k in ("baseless", "conflict", "overclaim")}
     assert min(kinds.values()) > 0.05 * len(items)
+
+
+def _frank_fixture(root: Path) -> None:
+    arts = root / "frank/data/articles-wbertscore-json"
+    arts.mkdir(parents=True)
+    (arts / "aaa.json").write_text(json.dumps({
+        "article": "  Kilmarnock will confirm Gary Locke as manager on Friday. He signed a three-year deal.  ",
+        "bart_lines": ["Gary Locke will be confirmed as Kilmarnock manager on Friday .",
+                       "He signed a three-year deal ."],
+        "s2s_lines": ["Gary Locke will be confirmed on Friday .", "He signed a five-year deal .", "Fans cheered ."],
+    }), encoding="utf-8")
+    (arts / "111.json").write_text(json.dumps({
+        "article": "The biologist mapped the human genome.",
+        "BERTS2S_lines": ["jk venter is one of the world\\'s most successful scientists."],
+    }), encoding="utf-8")
+    rows = [
+        {"hash": "aaa", "model_name": "bart", "dataset": "cnndm", "Factuality": 1.0, "split": "test"},
+        {"hash": "aaa", "model_name": "s2s", "dataset": "cnndm", "Factuality": 2 / 3, "split": "test"},
+        {"hash": "111", "model_name": "BERTS2S", "dataset": "bbc", "Factuality": 0.0, "split": "valid"},
+        {"hash": "zzz", "model_name": "bart", "dataset": "cnndm", "Factuality": 0.0, "split": "test"},  # no article
+    ]
+    (root / "frank/data/human_annotations.json").write_text(json.dumps(rows), encoding="utf-8")
+
+
+def test_frank_marks_not_fully_factual_summaries_whole_and_groups_by_article(tmp_path: Path, capsys):
+    _frank_fixture(tmp_path)
+    recs = {r["id"]: r for r in convert.frank(tmp_path)}
+    assert set(recs) == {"frank-cnndm-aaa-bart", "frank-cnndm-aaa-s2s", "frank-bbc-111-BERTS2S"}
+    assert "1 annotated summaries without article" in capsys.readouterr().err
+    bart, s2s, bbc = recs["frank-cnndm-aaa-bart"], recs["frank-cnndm-aaa-s2s"], recs["frank-bbc-111-BERTS2S"]
+    assert bart["answer"] == ("Gary Locke will be confirmed as Kilmarnock manager on Friday ."
+                              " He signed a three-year deal .")
+    assert bart["labels"] == []  # Factuality 1.0: every sentence judged factual
+    assert s2s["labels"] == [{"start": 0, "end": len(s2s["answer"])}]  # 2 of 3 sentences factual: still flagged
+    assert bbc["answer"] == "jk venter is one of the world's most successful scientists."
+    assert bbc["labels"] == [{"start": 0, "end": len(bbc["answer"])}]
+    assert bart["context"].startswith("Kilmarnock") and bart["question"] is None
+    assert bart["group"] == s2s["group"] != bbc["group"]  # all summaries of one article share a split
+    for r in recs.values():
+        validate(r)
+        assert r["source"] == "frank" and r["task"] == "summarization"
+    assert [r["id"] for r in convert.frank(tmp_path, limit=1)] == ["frank-cnndm-aaa-bart"]
+
+
+def _qags_fixture(root: Path) -> None:
+    def sent(text: str, *votes: str) -> dict:
+        return {"sentence": text, "responses": [{"worker_id": k, "response": v} for k, v in enumerate(votes)]}
+
+    _write_jsonl(root / "qags/data/mturk_cnndm.jsonl", [
+        {"article": "Sarah Flower says a diet of fresh food gives all the nutrients you need.",
+         "summary_sentences": [sent("Sarah Flower is a nutritionist.", "yes", "yes", "no"),
+                               sent("She sells vitamin pills.", "no", "yes", "no"),
+                               sent("Fresh food gives all nutrients.", "yes", "yes", "yes"),
+                               sent("She lives in Paris.", "no", "no", "no")]},
+    ])
+    _write_jsonl(root / "qags/data/mturk_xsum.jsonl", [
+        {"article": "A G4S van was robbed in Glasgow.",
+         "summary_sentences": [sent("A security van was robbed in Edinburgh.", "yes", "yes", "no")]},
+        {"article": "Police closed the M8 after a crash.",
+         "summary_sentences": [sent("The M8 was closed after a fatal crash.", "no", "yes", "no")]},
+    ])
+
+
+def test_qags_spans_are_exactly_the_majority_unfaithful_sentences(tmp_path: Path):
+    _qags_fixture(tmp_path)
+    recs = {r["id"]: r for r in convert.qags(tmp_path)}
+    assert set(recs) == {"qags-cnndm-0", "qags-xsum-0", "qags-xsum-1"}
+    cnn = recs["qags-cnndm-0"]
+    assert cnn["answer"] == ("Sarah Flower is a nutritionist. She sells vitamin pills. Fresh food gives all nutrients. "
+                             "She lives in Paris.")
+    assert [cnn["answer"][s["start"]:s["end"]] for s in cnn["labels"]] == ["She sells vitamin pills.",
+                                                                          "She lives in Paris."]
+    assert recs["qags-xsum-0"]["labels"] == []  # one "no" of three is a minority
+    one = recs["qags-xsum-1"]
+    assert one["labels"] == [{"start": 0, "end": len(one["answer"])}]
+    assert cnn["group"] == convert._digest(cnn["context"]) and len({r["group"] for r in recs.values()}) == 3
+    for r in recs.values():
+        validate(r)
+        assert r["source"] == "qags" and r["question"] is None
+
+
+QUESTION = "How does magma form?"
+
+
+def _eval_sets_fixture(root: Path) -> None:
+    answer = "Magma forms when rock melts. It rises because it is lighter than the rock around it."
+    _write_jsonl(root / "expertqa/expertqa.jsonl", [
+        {"id": "expertqa/answer/rr_gs_gpt4/abc/0", "context": ["[1] https://a.example\n\nRock melts into magma."],
+         "question": QUESTION + " ", "answer": answer, "labels": [{"start": 29, "end": len(answer)}],
+         "task": "rag_qa", "label_granularity": "claim"},
+        {"id": "expertqa/claim/post_hoc_gs_gpt4/def/1", "context": ["[2] https://b.example\n\nSomething else."],
+         "question": "Can autism be cured?", "answer": "Autism can be cured with diet.",
+         "labels": [{"start": 0, "end": 30}], "task": "posthoc_attributed_qa", "label_granularity": "claim"},
+    ])
+    _write_jsonl(root / "attributionbench_subset/attributionbench_subset.jsonl", [
+        {"id": "attributionbench/ExpertQA/ExpertQA_1", "context": ["[1] https://a.example\n\nRock melts into magma."],
+         "question": QUESTION, "answer": "Magma forms when rock melts [1].", "labels": [],
+         "task": "rag_qa", "label_granularity": "claim"},
+        {"id": "attributionbench/HAGRID/HAGRID_7",
+         "context": ["Finland has 5.5 million people.", "Helsinki is its capital."],
+         "question": "What is the population of Finland?", "answer": "Finland has 6 million people [1].",
+         "labels": [{"start": 0, "end": 33}], "task": "rag_qa", "label_granularity": "claim"},
+    ])
+
+
+def test_expertqa_and_attributionbench_pass_rows_through_and_share_question_groups(tmp_path: Path):
+    _eval_sets_fixture(tmp_path)
+    eqa = list(convert.expertqa(tmp_path))
+    ab = list(convert.attributionbench(tmp_path))
+    assert [r["task"] for r in eqa] == ["rag_qa", "posthoc_attributed_qa"]
+    assert [r["task"] for r in ab] == ["rag_qa/ExpertQA", "rag_qa/HAGRID"]  # sub-dataset reported apart
+    assert [r["id"] for r in ab] == ["attributionbench/ExpertQA/ExpertQA_1", "attributionbench/HAGRID/HAGRID_7"]
+    first = eqa[0]
+    assert first["answer"][first["labels"][0]["start"]:] == "It rises because it is lighter than the rock around it."
+    assert first["context"] == ["[1] https://a.example\n\nRock melts into magma."] and first["source"] == "expertqa"
+    assert ab[1]["context"] == ["Finland has 5.5 million people.", "Helsinki is its capital."]
+    assert ab[0]["labels"] == [] and ab[1]["labels"] == [{"start": 0, "end": 33}]
+    assert ab[1]["source"] == "attributionbench"
+    # the same question (even with a trailing space in one copy) gets one split key in both sets
+    assert first["group"] == ab[0]["group"] == convert._digest(QUESTION)
+    assert len({eqa[1]["group"], ab[1]["group"], first["group"]}) == 3
+    for r in eqa + ab:
+        validate(r)
+
+
+def test_human_judged_real_output_sets_go_to_dev_only(tmp_path: Path):
+    _frank_fixture(tmp_path)
+    _qags_fixture(tmp_path)
+    _eval_sets_fixture(tmp_path)
+    out = tmp_path / "out"
+    assert convert.main(["--data", str(tmp_path), "--out", str(out), "--sources", "frank", "qags", "expertqa",
+                         "attributionbench"]) == 0
+    for src, n in (("frank", 3), ("qags", 3), ("expertqa", 2), ("attributionbench", 2)):
+        assert convert.DEV_FRACTION[src] == 1.0
+        assert list(read_jsonl(out / f"{src}.train.jsonl")) == []
+        assert len(list(read_jsonl(out / f"{src}.dev.jsonl"))) == n
