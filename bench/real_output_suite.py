@@ -1,0 +1,347 @@
+"""The real-output suite: every candidate on answers real models wrote and people labelled.
+
+    .venv/bin/python bench/real_output_suite.py                      # what `make eval` runs
+    .venv/bin/python bench/real_output_suite.py --candidates detector_max detector --per-split 50
+
+Sets (../shared/data/hallucination, converted by `models.data.convert`): only the part no
+bundled model trained on (the converter's dev part), split again into suite-dev / suite-test by
+source document (`extproc.evaluation.suite.suite_split`), a fixed sample of each. Thresholds
+and calibrations are chosen on the pooled suite-dev parts of the selection sets; the report
+shows suite-test. FaithDial's audit is reported but never used to choose anything: its model
+replies are BEGIN's, one of the project's independent yardsticks.
+
+Per-example scores are cached under `--cache` (one JSONL per candidate and set), so adding a
+candidate or a set recomputes only what is new; delete the folder after changing a model.
+Writes `<out>.md` and `<out>.json` with the command, machine and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from extproc.evaluation.suite import Gold, Scored, choose_threshold, fmt, row_metrics, stable_sample, suite_split  # noqa: E402
+from extproc.inference.spans import sentence_bounds  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "hallucination"
+# set -> (converter source, id prefix filter or None, what)
+SETS: dict[str, tuple[str, str | None, str]] = {
+    "faithbench": ("faithbench", None, "LLM summaries, annotator spans"),
+    "xsum": ("xsum", None, "XSum system summaries, annotator spans"),
+    "frank_cnndm": ("frank", "frank-cnndm", "FRANK CNN/DM system summaries, summary level"),
+    "qags": ("qags", None, "QAGS system summaries, majority-unfaithful sentences"),
+    "summedits": ("summedits", None, "SummEdits edited summaries, edit spans"),
+    "expertqa": ("expertqa", None, "ExpertQA GPT-4 answers, expert claim support"),
+    "attributionbench": ("attributionbench", None, "HAGRID / Bing Chat / Perplexity sentences, attribution"),
+    "real_rag": ("real_rag", None, "SmolLM2 / Gemma 3 RAG answers generated here, guide-labelled"),
+    "faithdial": ("faithdial", None, "dialogue replies (BEGIN audit): report only"),
+}
+REPORT_ONLY = {"faithdial"}
+RAG_SETS = ("expertqa", "attributionbench", "real_rag")
+# FRANK's XSum half repeats the xsum set's summaries (and part of it is in xsum's training split).
+
+
+# ---------------------------------------------------------------- data
+
+
+def load_sets(data: Path, cache: Path, names: Sequence[str], per_split: int | None) -> dict[str, list[dict]]:
+    """name -> records (with `split`), converted once into the cache."""
+    from models.data.convert import DEV_FRACTION, SOURCES, convert
+    from models.data.records import read_jsonl
+
+    out: dict[str, list[dict]] = {}
+    for name in names:
+        source, prefix, _ = SETS[name]
+        if source not in SOURCES:
+            print(f"{name}: converter {source!r} not available, skipped", file=sys.stderr)
+            continue
+        conv = cache / "converted" / f"{source}.dev.jsonl"
+        if not conv.is_file():
+            try:
+                convert(source, data, cache / "converted", DEV_FRACTION.get(source))
+            except FileNotFoundError as exc:
+                print(f"{name}: {exc}; skipped", file=sys.stderr)
+                continue
+        recs = [r for r in read_jsonl(conv) if prefix is None or str(r["id"]).startswith(prefix)]
+        for r in recs:
+            r["split"] = suite_split(str(r["group"]))
+        out[name] = [r for split in ("dev", "test")
+                     for r in stable_sample([r for r in recs if r["split"] == split], per_split)]
+    return out
+
+
+def gold_of(rec: dict) -> Gold:
+    return Gold(rec["answer"], tuple((int(s["start"]), int(s["end"])) for s in rec["labels"]))
+
+
+def context_of(rec: dict) -> list[str]:
+    ctx = rec["context"]
+    return [ctx] if isinstance(ctx, str) else list(ctx)
+
+
+# ---------------------------------------------------------------- candidates
+# A candidate maps records to one JSON-able dict each: {"score": float, "segments": [[s, e, v], ...] | None}.
+# Segments are the units a span is made of (tokens, sentences) with their own score.
+
+
+def _flag_all(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+    return [{"score": 1.0, "segments": None} for _ in recs]
+
+
+def _length(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+    return [{"score": float(len(r["answer"])), "segments": None} for r in recs]
+
+
+def _pmi(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+    from extproc.evaluation.context_pmi import ContextPmi
+
+    lm = ContextPmi(threads=args.threads)
+    out = []
+    for i, r in enumerate(recs):
+        tp = lm.score(context_of(r), r.get("question"), r["answer"])
+        out.append({"score": -tp.mean, "segments": [[s, e, -p] for (s, e), p in zip(tp.offsets, tp.pmi)]})
+        _tick(i, len(recs))
+    return out
+
+
+def _detector_tokens(model_dir: str) -> Callable[[list[dict], argparse.Namespace], list[dict]]:
+    """Token probabilities under both window rules from one forward pass per window."""
+
+    def run(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+        from extproc.inference.models import Detector, OnnxModel
+        from extproc.inference.runtime import RuntimeOptions
+        from models.detector_features import aggregate
+
+        det = Detector(OnnxModel(ROOT / model_dir, "detector", RuntimeOptions("cpu", args.threads)))
+        pos = det.model.manifest.positive_index
+        out = []
+        for i, r in enumerate(recs):
+            pin = det.prepare(context_of(r), r.get("question"), r["answer"])
+            probs = [p[:, pos] for p in det.model.infer(pin.rows)]
+            out.append({"offsets": [list(o) for o in pin.second_offsets],
+                        "min": [round(float(x), 5) for x in aggregate(pin, probs, "min")],
+                        "max": [round(float(x), 5) for x in aggregate(pin, probs, "max")],
+                        "windows": len(pin.rows)})
+            _tick(i, len(recs))
+        return out
+
+    return run
+
+
+def _verifier(model_dir: str) -> Callable[[list[dict], argparse.Namespace], list[dict]]:
+    """NLI per answer sentence against every context window: P(entailment), max over windows."""
+
+    def run(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+        from extproc.inference.models import Explainer, OnnxModel
+        from extproc.inference.runtime import RuntimeOptions
+
+        nli = Explainer(OnnxModel(ROOT / model_dir, "explainer", RuntimeOptions("cpu", args.threads)))
+        out = []
+        for i, r in enumerate(recs):
+            bounds = [b for b in sentence_bounds(r["answer"]) if r["answer"][b[0]:b[1]].strip()]
+            sentences = [r["answer"][s:e] for s, e in bounds]
+            results = nli.predict_batch(context_of(r), sentences) if sentences else []
+            out.append({"sentences": [[s, e, round(v.entailment, 5), v.label] for (s, e), v in zip(bounds, results)]})
+            _tick(i, len(recs))
+        return out
+
+    return run
+
+
+def _tick(i: int, n: int) -> None:
+    if (i + 1) % 25 == 0 or i + 1 == n:
+        print(f"\r  {i + 1}/{n}", end="" if i + 1 < n else "\n", file=sys.stderr, flush=True)
+
+
+# raw producers (cached) and the candidates built from them
+PRODUCERS: dict[str, Callable[[list[dict], argparse.Namespace], list[dict]]] = {
+    "length": _length,
+    "flag_all": _flag_all,
+    "pmi": _pmi,
+    "detector_tokens": _detector_tokens("models/detector"),
+    "detector_deep_tokens": _detector_tokens("models/detector-deep"),
+    "verifier_nli": _verifier("models/explainer"),
+}
+
+
+def _token_scored(raw: dict, rule: str) -> Scored:
+    segs = tuple((int(s), int(e), float(p)) for (s, e), p in zip(raw["offsets"], raw[rule]) if e > s)
+    return Scored(max((v for *_, v in segs), default=0.0), segs)
+
+
+def _sentence_scored(raw: dict) -> Scored:
+    segs = tuple((int(s), int(e), 1.0 - float(ent)) for s, e, ent, _ in raw["sentences"])
+    return Scored(max((v for *_, v in segs), default=0.0), segs)
+
+
+def _fused(tok: dict, ver: dict) -> Scored:
+    """Sentence score = sqrt(max token prob in the sentence x (1 - P(entailment))): both must doubt it."""
+    segs = []
+    for s, e, ent, _ in ver["sentences"]:
+        inside = [p for (a, b), p in zip(tok["offsets"], tok["min"]) if a < e and b > s and b > a]
+        segs.append((int(s), int(e), float(np.sqrt(max(inside, default=0.0) * (1.0 - float(ent))))))
+    return Scored(max((v for *_, v in segs), default=0.0), tuple(segs))
+
+
+# candidate -> (producers it needs, builder, fixed threshold or None = chosen on suite-dev)
+CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None, str]] = {
+    "flag_all": (("flag_all",), lambda r: Scored(r["score"]), 1.0, "flag every answer"),
+    "length": (("length",), lambda r: Scored(r["score"]), None, "answer length in characters (zero training)"),
+    "context_pmi": (("pmi",), lambda r: Scored(r["score"]), None,
+                    "SmolLM2-135M context PMI, -mean over answer tokens (zero training)"),
+    "detector_max": (("detector_tokens",), lambda r: _token_scored(r, "max"), 0.4,
+                     "old default: 3-layer detector, max over windows, thresholds.token 0.4"),
+    "detector": (("detector_tokens",), lambda r: _token_scored(r, "min"), None,
+                 "3-layer detector, evidence-aware windows (min over context windows)"),
+    "detector_deep": (("detector_deep_tokens",), lambda r: _token_scored(r, "min"), None,
+                      "4-layer detector-deep, evidence-aware windows"),
+    "verifier": (("verifier_nli",), _sentence_scored, None,
+                 "sentence verifier: bundled NLI model, 1 - max P(entailment) over context windows, worst sentence"),
+    "detector+verifier": (("detector_tokens", "verifier_nli"), _fused, None,
+                          "per sentence sqrt(detector max token prob x verifier doubt), worst sentence"),
+}
+
+
+def cached(producer: str, name: str, recs: list[dict], cache: Path, args: argparse.Namespace) -> list[dict]:
+    path = cache / "scores" / producer / f"{name}.jsonl"
+    have: dict[str, dict] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            have[row["id"]] = row["out"]
+    todo = [r for r in recs if str(r["id"]) not in have]
+    if todo:
+        print(f"{producer} on {name}: {len(todo)} examples", file=sys.stderr)
+        t0 = time.perf_counter()
+        fresh = PRODUCERS[producer](todo, args)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            for r, o in zip(todo, fresh):
+                have[str(r["id"])] = o
+                fh.write(json.dumps({"id": str(r["id"]), "out": o}) + "\n")
+        print(f"  {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return [have[str(r["id"])] for r in recs]
+
+
+# ---------------------------------------------------------------- report
+
+
+def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path, args: argparse.Namespace,
+             selection: Sequence[str]) -> dict[str, Any]:
+    """candidate -> threshold + per set and split metrics; thresholds from suite-dev of `selection`."""
+    rows: dict[str, Any] = {}
+    for cand in candidates:
+        producers, build, fixed, what = CANDIDATES[cand]
+        scored: dict[str, dict[str, list[Scored]]] = {"dev": {}, "test": {}}
+        gold: dict[str, dict[str, list[Gold]]] = {"dev": {}, "test": {}}
+        for name, recs in sets.items():
+            raws = [cached(p, name, recs, cache, args) for p in producers]
+            for i, rec in enumerate(recs):
+                scored[rec["split"]].setdefault(name, []).append(build(*(raw[i] for raw in raws)))
+                gold[rec["split"]].setdefault(name, []).append(gold_of(rec))
+        t = fixed if fixed is not None else choose_threshold(scored["dev"], gold["dev"], selection)
+        rows[cand] = {
+            "what": what, "threshold": t, "threshold_from": "fixed" if fixed is not None else "suite-dev",
+            "sets": {name: {split: row_metrics(scored[split][name], gold[split][name], t)
+                            for split in ("dev", "test") if name in scored[split]} for name in sets},
+        }
+    return rows
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def render(report: dict[str, Any]) -> str:
+    rows, sets = report["candidates"], report["sets"]
+    lines = [
+        "# Real-output suite",
+        "",
+        f"Command: `{report['command']}`  ",
+        f"Machine: {report['machine']}  ",
+        f"Date: {report['date']}",
+        "",
+        "Answers written by real models and labelled by people (see `bench/real_output_suite.py`). Each set is",
+        "the part no bundled model trained on, split by source document into suite-dev and suite-test; the",
+        f"sample is at most {report['per_split']} answers per split. One threshold per candidate, chosen on the pooled",
+        f"suite-dev parts of {', '.join(report['selection'])} (best example F1), or fixed where it says so; every",
+        "number below is on **suite-test**. F1 = example level; span F1 = character overlap; flagged faithful = share",
+        "of faithful answers flagged. faithdial (BEGIN's replies) is reported, never used to choose.",
+        "",
+        "| set | what | test answers (hallucinated) |",
+        "| --- | --- | --- |",
+        *[f"| {n} | {SETS[n][2]} | {v['test']} ({v['test_hallucinated']}) |" for n, v in sets.items()],
+        "",
+        "## AUROC on suite-test",
+        "",
+        "| candidate | " + " | ".join(sets) + " | mean |",
+        "| --- " * (len(sets) + 2) + "|",
+    ]
+    for cand, row in rows.items():
+        vals = [row["sets"][n].get("test", {}).get("auroc") for n in sets]
+        lines.append(f"| {cand} | " + " | ".join(fmt(v) for v in vals) + f" | {fmt(_mean(vals))} |")
+    for metric, title in (("f1", "Example F1"), ("faithful_flagged", "Faithful answers flagged"),
+                          ("span_f1", "Span (character) F1")):
+        lines += ["", f"## {title} on suite-test at the candidate's threshold", "",
+                  "| candidate | threshold | " + " | ".join(sets) + " |", "| --- " * (len(sets) + 2) + "|"]
+        for cand, row in rows.items():
+            vals = [row["sets"][n].get("test", {}).get(metric) for n in sets]
+            lines.append(f"| {cand} | {fmt(row['threshold'])} ({row['threshold_from']}) | "
+                         + " | ".join(fmt(v) for v in vals) + " |")
+    lines += ["", "## Candidates", "", *[f"- **{c}**: {r['what']}" for c, r in rows.items()], ""]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    from models.common import machine_info
+
+    m = machine_info()
+    return ", ".join(f"{k} {v}" for k, v in m.items() if not isinstance(v, (dict, list)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DATA, help="shared/data/hallucination folder")
+    ap.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS))
+    ap.add_argument("--candidates", nargs="+", choices=list(CANDIDATES), default=list(CANDIDATES))
+    ap.add_argument("--selection", nargs="+", choices=list(SETS), default=None,
+                    help="sets whose suite-dev parts choose thresholds (default: the RAG QA sets, the product's use)")
+    ap.add_argument("--per-split", type=int, default=120, help="answers per set and split (fixed sample)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cache", type=Path, default=ROOT / "data-cache" / "suite")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "real-output-suite")
+    args = ap.parse_args(argv)
+    if not args.data.is_dir():
+        print(f"error: data folder {args.data} not found", file=sys.stderr)
+        return 2
+    sets = load_sets(args.data, args.cache, args.sets, args.per_split)
+    selection = [n for n in (args.selection or RAG_SETS) if n in sets and n not in REPORT_ONLY]
+    report = {
+        "command": " ".join(["bench/real_output_suite.py", *(argv if argv is not None else sys.argv[1:])]),
+        "machine": machine(), "date": dt.date.today().isoformat(), "per_split": args.per_split,
+        "selection": selection,
+        "sets": {n: {"dev": sum(r["split"] == "dev" for r in recs), "test": sum(r["split"] == "test" for r in recs),
+                     "test_hallucinated": sum(r["split"] == "test" and bool(r["labels"]) for r in recs)}
+                 for n, recs in sets.items()},
+        "candidates": evaluate(sets, args.candidates, args.cache, args, selection),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    args.out.with_suffix(".md").write_text(render(report), encoding="utf-8")
+    print(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""Raw detector scores -> calibrated probabilities (Platt scaling on the score's logit).
+
+A raw score (max token probability, noisy-OR, a fused sentence score) saturates near 1.0 and
+means something different for every model, so a threshold in config would not carry across
+models. `Calibration` maps it to P(hallucinated) fitted on human-labelled real-model answers:
+`p = sigmoid(a * logit(raw) + b)` with a > 0, strictly increasing, so the ranking (AUROC) is
+exactly the raw score's and only the scale changes. Two parameters fit well on a few hundred
+labelled answers, where an isotonic fit would add flat steps that tie different answers.
+
+The file (`calibration.json` in a detector directory) records what it calibrates and on which
+data, so a calibration cannot silently be applied to another model's score.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+CALIBRATION_FILE = "calibration.json"
+EPS = 1e-6
+
+
+class CalibrationError(ValueError):
+    """A calibration file or fit that cannot be used; the message names what is wrong."""
+
+
+def _logit(p: np.ndarray | float) -> np.ndarray:
+    q = np.clip(np.asarray(p, dtype=np.float64), EPS, 1.0 - EPS)
+    return np.log(q / (1.0 - q))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    a: float
+    b: float
+    raw_score: str  # which raw score this maps, e.g. "max_token_prob"
+    model_sha256: str = ""  # of the model.onnx it was fitted for ("" = not checked)
+    fitted_on: dict[str, Any] = field(default_factory=dict)  # sets, counts, command
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.a) and math.isfinite(self.b)) or self.a <= 0:
+            raise CalibrationError(f"calibration needs a finite slope a > 0 and a finite b, got a={self.a}, b={self.b}")
+
+    def __call__(self, raw: float) -> float:
+        return float(1.0 / (1.0 + np.exp(-(self.a * _logit(raw) + self.b))))
+
+    def raw_for(self, probability: float) -> float:
+        """The raw score at which the calibrated probability reaches `probability` (for thresholds)."""
+        z = (float(_logit(probability)) - self.b) / self.a
+        return float(1.0 / (1.0 + math.exp(-z)))
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / CALIBRATION_FILE
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Calibration":
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CalibrationError(f"{path}: not a readable calibration file ({exc})") from exc
+        if not isinstance(data, dict):
+            raise CalibrationError(f"{path}: expected a JSON object")
+        try:
+            return cls(float(data["a"]), float(data["b"]), str(data["raw_score"]),
+                       str(data.get("model_sha256", "")), dict(data.get("fitted_on") or {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CalibrationError(f"{path}: {exc}") from exc
+
+
+def fit_platt(raw: Sequence[float], labels: Sequence[bool], raw_score: str, l2: float = 1e-3,
+              **meta: Any) -> Calibration:
+    """Logistic regression of the label on logit(raw) (Newton steps, tiny L2 for separable data)."""
+    x = _logit(np.asarray(raw, dtype=np.float64))
+    y = np.asarray(labels, dtype=np.float64)
+    if x.shape != y.shape or y.size < 2 or y.min() == y.max():
+        raise CalibrationError("calibration needs scores and labels of both classes, one per example")
+    w = np.zeros(2)
+    design = np.stack([x, np.ones_like(x)], axis=1)
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-(design @ w)))
+        grad = design.T @ (p - y) + l2 * w
+        hess = design.T @ (design * (p * (1 - p))[:, None]) + l2 * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    if w[0] <= 0:
+        raise CalibrationError(f"the raw score {raw_score!r} does not rise with the label on this data (slope {w[0]:.3g})")
+    return Calibration(float(w[0]), float(w[1]), raw_score, **meta)

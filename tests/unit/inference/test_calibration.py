@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+
+from extproc.evaluation.metrics import auroc
+from extproc.inference.calibration import Calibration, CalibrationError, fit_platt
+
+
+def _noisy(seed: int = 0, n: int = 2000):
+    """Labels drawn from a known logistic curve on logit(raw): the fit should find it."""
+    rng = np.random.default_rng(seed)
+    raw = rng.uniform(0.001, 0.999, n)
+    true = 1 / (1 + np.exp(-(0.7 * np.log(raw / (1 - raw)) - 1.0)))
+    return raw, rng.uniform(size=n) < true
+
+
+def test_platt_recovers_a_known_curve_and_is_strictly_increasing():
+    raw, y = _noisy()
+    cal = fit_platt(raw, y, "max_token_prob")
+    assert cal.a == pytest.approx(0.7, abs=0.12) and cal.b == pytest.approx(-1.0, abs=0.2)
+    grid = np.linspace(0.0, 1.0, 501)
+    out = np.array([cal(g) for g in grid])
+    assert np.all(np.diff(out) > 0) and out.min() > 0 and out.max() < 1
+    assert auroc([cal(r) for r in raw], y) == pytest.approx(auroc(raw, y))  # ranking untouched
+
+
+def test_a_saturated_raw_score_is_spread_out():
+    # raw scores stuck near 1.0 for most answers (the noisy-OR symptom) still map to distinct probabilities
+    raw = np.concatenate([1 - np.geomspace(1e-4, 1e-1, 200), np.geomspace(1e-3, 0.5, 200)])
+    y = np.concatenate([np.arange(200) % 3 == 0, np.arange(200) % 5 == 0])
+    cal = fit_platt(raw, y, "max_token_prob")
+    assert cal(0.9999) < 0.9 and cal(0.9999) > cal(0.999) > cal(0.99)
+
+
+def test_raw_for_inverts_the_map():
+    cal = Calibration(0.8, -0.5, "max_token_prob")
+    for p in (0.1, 0.35, 0.5, 0.9):
+        assert cal(cal.raw_for(p)) == pytest.approx(p, abs=1e-6)
+
+
+def test_round_trip_and_bad_files_are_named(tmp_path):
+    cal = Calibration(0.8, -0.5, "max_token_prob", "abc", {"sets": ["expertqa"]})
+    assert Calibration.load(cal.save(tmp_path)) == cal
+    (tmp_path / "calibration.json").write_text('{"a": -1, "b": 0, "raw_score": "x"}')
+    with pytest.raises(CalibrationError, match="a > 0"):
+        Calibration.load(tmp_path / "calibration.json")
+    (tmp_path / "calibration.json").write_text('{"b": 0}')
+    with pytest.raises(CalibrationError, match="calibration.json"):
+        Calibration.load(tmp_path / "calibration.json")
+
+
+def test_a_score_that_falls_with_the_label_is_refused():
+    raw, y = _noisy()
+    with pytest.raises(CalibrationError, match="does not rise"):
+        fit_platt(raw, ~y, "max_token_prob")
+    with pytest.raises(CalibrationError, match="both classes"):
+        fit_platt([0.2, 0.3], [True, True], "max_token_prob")
