@@ -62,7 +62,7 @@ __all__ = [
 Mode = Literal["lightweight", "standard", "premium"]
 Action = Literal["header", "warn", "block", "none"]
 Provider = Literal["auto", "cuda", "cpu"]
-ScoreMethod = Literal["noisy_or", "max_span"]
+ScoreMethod = Literal["fused", "noisy_or", "max_span"]
 Operator = Literal["AND", "OR"]
 ConditionType = Literal["keyword", "domain", "header"]
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -191,7 +191,7 @@ class TruthLensConfig:
     enabled: bool = True
     default_mode: Mode = "lightweight"
     default_action: Action = "header"
-    score_method: ScoreMethod = "noisy_or"
+    score_method: ScoreMethod = "fused"
     warning_template: str = DEFAULT_WARNING_TEMPLATE  # checked by extproc.config
     block_status: int = _bounded(422, 400, 599)
     max_body_bytes: int = _bounded(4 * 1024 * 1024, 1)

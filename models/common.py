@@ -261,6 +261,7 @@ def train(
     on_log: Callable[[int, float], None] | None = None,
     freeze_layers: int = 0,
     max_seconds: float | None = None,
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> TrainResult:
     """AdamW + linear warmup/decay over length-sorted, dynamically padded batches.
 
@@ -268,6 +269,7 @@ def train(
     `freeze_layers` > 0 freezes the embeddings and that many lower encoder layers (cheaper
     backward pass on a starved CPU). `max_seconds` stops early at a wall-clock budget
     (recorded in TrainResult.stopped_early) so a shared machine cannot push past a deadline.
+    `loss(logits, labels)` replaces the (class-weighted) cross-entropy.
     """
     if freeze_layers:
         freeze_lower(model, freeze_layers)
@@ -297,13 +299,14 @@ def train(
             tensors = {k: v.to(device) for k, v in collate(batch).items()}
             labels = tensors.pop("labels")
             logits = model(**tensors).logits
-            loss = loss_fn(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
-            loss.backward()
+            value = (loss(logits, labels) if loss is not None
+                     else loss_fn(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)))
+            value.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-            window.append(loss.item())
+            window.append(value.item())
             step += 1
             if step % log_every == 0 or step == total:
                 losses.append(float(np.mean(window)))

@@ -1,9 +1,13 @@
 """Train, evaluate and export the explainer: 3-way NLI over (premise, hypothesis).
 
     python -m models.train_explainer --config models/explainer/train.yaml --out models/explainer
+    python -m models.train_explainer --config models/verifier/train.yaml --out models/verifier
 
 Labels: entailment, neutral, contradiction (the gateway drops a flagged span when the
 context entails the sentence holding it). Accuracy is reported per held-out source.
+A config with `data.grounding` also trains on answer sentences against their context window
+(models/verifier_data.py), with the loss on P(entailment) alone for unsupported sentences:
+that model is the grounding verifier.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import numpy as np
 
 from models import common
 from models.explainer_data import LABELS, Pair, load_source
+from models.verifier_data import NOT_SUPPORTED, load_grounding
 from models.export_util import export_classifier, nli_input, set_recommended_threshold
 
 Item = tuple[str, str, int, str]  # (premise, hypothesis, label index, source)
@@ -39,8 +44,23 @@ def build_splits(cfg: dict[str, Any], data_dir: Path) -> dict[str, list[Item]]:
             train += [(p, h, LABELS.index(y), src) for p, h, y in take(split["train"], data["train"][src])]
         if src in data["test"]:
             test += [(p, h, LABELS.index(y), src) for p, h, y in take(split["test"], data["test"][src])]
+    grounding = data.get("grounding") or {}
+    if grounding:
+        train += load_grounding(grounding, Path(data.get("grounding_dir", common.REPO_ROOT / "data-cache/hallucination")),
+                                int(cfg.get("premise_words", 160)), rng)
     rng.shuffle(train)
     return {"train": train, "test": test}
+
+
+def nli_or_grounding_loss(logits, labels):  # type: ignore[no-untyped-def]
+    """Cross-entropy for NLI labels; -log(1 - P(entailment)) for NOT_SUPPORTED sentences."""
+    import torch
+
+    logp = torch.log_softmax(logits, dim=-1)
+    nli = labels < NOT_SUPPORTED
+    ce = -logp[nli].gather(1, labels[nli][:, None])[:, 0]
+    not_entailed = -torch.logsumexp(logp[~nli][:, 1:], dim=1)
+    return torch.cat([ce, not_entailed]).mean()
 
 
 def predict(model, tok, items: Sequence[Item]) -> np.ndarray:
@@ -101,14 +121,15 @@ def run(cfg: dict[str, Any], splits: dict[str, list[Item]], out_dir: Path, base_
         res = common.train(model, exs, epochs=hp["epochs"], batch_size=hp["batch_size"], lr=hp["lr"],
                            weight_decay=hp["weight_decay"], warmup_ratio=hp["warmup_ratio"], seed=cfg["seed"],
                            max_steps=max_steps, log_every=hp.get("log_every", 50), on_log=log,
-                           freeze_layers=hp.get("freeze_layers", 0), max_seconds=hp.get("max_seconds"))
+                           freeze_layers=hp.get("freeze_layers", 0), max_seconds=hp.get("max_seconds"),
+                           loss=nli_or_grounding_loss if any(it[2] == NOT_SUPPORTED for it in items) else None)
     metrics: dict[str, Any] = {
         "model": "explainer", "labels": list(LABELS), "seed": cfg["seed"], "max_length": cfg["max_length"],
         "train": {"examples": len(exs), "steps": res.steps, "planned_steps": res.planned_steps,
                   "stopped_early": res.stopped_early, "examples_seen": min(len(exs), res.steps * hp["batch_size"]),
                   "seconds": t_train["seconds"], "loss_curve": res.losses,
                   "per_source": {s: sum(1 for it in items if it[3] == s) for s in sorted({it[3] for it in items})},
-                  "per_class": np.bincount([it[2] for it in items], minlength=3).tolist()},
+                  "per_class": np.bincount([it[2] for it in items], minlength=3).tolist()},  # [3] = not supported
         "machine": common.machine_info(),
     }
     if splits["test"]:
@@ -127,13 +148,13 @@ def run(cfg: dict[str, Any], splits: dict[str, list[Item]], out_dir: Path, base_
     return metrics
 
 
-def export(cfg: dict[str, Any], out_dir: Path, metrics: dict[str, Any]) -> dict[str, Any]:
+def export(cfg: dict[str, Any], out_dir: Path, metrics: dict[str, Any],
+           config_path: str = "models/explainer/train.yaml") -> dict[str, Any]:
     with common.timed() as t_export:
         parity = export_classifier(
             out_dir / "work" / "hf", "explainer", out_dir, list(LABELS), cfg["max_length"],
             threshold=(metrics.get("nli_entailment") or {}).get("threshold"),
-            provenance={"base_model": common.BASE_MODEL_NAME, "seed": cfg["seed"],
-                        "config": "models/explainer/train.yaml"})
+            provenance={"base_model": common.BASE_MODEL_NAME, "seed": cfg["seed"], "config": config_path})
     return {"seconds": t_export["seconds"], **{k: v for k, v in parity.items() if "diff" in k or k == "ok"}}
 
 
@@ -179,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics = run(cfg, splits, out, base, max_steps=args.max_steps)
         common.write_json(out / "metrics.json", metrics)
     if not args.eval_only:
-        metrics["export"] = export(cfg, out, metrics)
+        metrics["export"] = export(cfg, out, metrics, Path(args.config).as_posix())
     if cfg.get("notes"):  # the config's own account of what changed, rendered into the card
         metrics["notes"] = list(cfg["notes"])
     metrics["model_bytes"] = common.dir_size_bytes(out) - common.dir_size_bytes(out / "work")

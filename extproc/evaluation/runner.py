@@ -24,8 +24,9 @@ DEFINITIONS = {
     "token_level": "over the detector's answer tokens: gold positive when the token's character span "
     "overlaps a gold span, predicted positive when its hallucination probability >= thresholds.token "
     "(raw model output, before span filtering and NLI); tokens with empty character spans are skipped",
-    "auroc": "example-level: score = max token probability over the answer (0 for an answer with no tokens), "
-    "gold = has any label; null when the set has only one class",
+    "auroc": "example-level: score = the response score the gateway reports (x-truthlens-score: calibrated when "
+    "the detector ships a calibration for truthlens.score_method), gold = has any label; null when the set "
+    "has only one class",
     "latency_ms": "wall time of one example through the detector (+ explainer), windowing included",
     "null": "a ratio whose denominator is zero is reported as null, not 0 or 1",
 }
@@ -74,7 +75,7 @@ class Accumulator:
         self.example.add(bool(pred_spans), ex.hallucinated)
         self.chars.add(pred_spans, ex.labels)
         self.tokens.merge(token_confusion(pred.token_offsets, pred.token_probs, ex.labels, token_threshold))
-        self.scores.append(pred.max_token_prob)
+        self.scores.append(pred.score)
         self.gold.append(ex.hallucinated)
         self.latencies.append(pred.latency_ms)
         self.windows.append(pred.windows)

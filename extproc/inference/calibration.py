@@ -13,6 +13,7 @@ data, so a calibration cannot silently be applied to another model's score.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -38,8 +39,8 @@ def _logit(p: np.ndarray | float) -> np.ndarray:
 class Calibration:
     a: float
     b: float
-    raw_score: str  # which raw score this maps, e.g. "max_token_prob"
-    model_sha256: str = ""  # of the model.onnx it was fitted for ("" = not checked)
+    raw_score: str  # which raw score this maps: a `truthlens.score_method`
+    models: dict[str, str] = field(default_factory=dict)  # role -> sha256 of the model.onnx it was fitted with
     fitted_on: dict[str, Any] = field(default_factory=dict)  # sets, counts, command
 
     def __post_init__(self) -> None:
@@ -69,9 +70,30 @@ class Calibration:
             raise CalibrationError(f"{path}: expected a JSON object")
         try:
             return cls(float(data["a"]), float(data["b"]), str(data["raw_score"]),
-                       str(data.get("model_sha256", "")), dict(data.get("fitted_on") or {}))
+                       {str(k): str(v) for k, v in (data.get("models") or {}).items()},
+                       dict(data.get("fitted_on") or {}))
         except (KeyError, TypeError, ValueError) as exc:
             raise CalibrationError(f"{path}: {exc}") from exc
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_models(cal: Calibration, model_files: dict[str, Path], where: str) -> None:
+    """The calibration must have been fitted with exactly these model files (a retrained model
+    shifts its scores, and a stale calibration would turn them into wrong probabilities)."""
+    for role, sha in cal.models.items():
+        path = model_files.get(role)
+        if path is None:
+            raise CalibrationError(f"{where}: fitted with a {role} model, which is not loaded")
+        if file_sha256(path) != sha:
+            raise CalibrationError(f"{where}: fitted for another {role} model ({path} has a different sha256); "
+                                   "refit it (bench/real_output_suite.py --fit-calibration) or remove the file")
 
 
 def fit_platt(raw: Sequence[float], labels: Sequence[bool], raw_score: str, l2: float = 1e-3,

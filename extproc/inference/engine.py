@@ -19,19 +19,23 @@ from typing import Any, Sequence
 
 from extproc.inference.api import DetectionResult, ModelInfo, ModelUnavailable, SentinelResult, Span
 from extproc.inference.batcher import Batcher
-from extproc.inference.manifest import ManifestError
+from extproc.inference.manifest import MODEL_FILE, ManifestError
 from extproc.inference.models import Detector, Explainer, NliResult, OnnxModel, Sentinel, TokenScores
 from extproc.inference.prefilter import PREFILTER_FILE, LexicalPrefilter
 from extproc.inference.runtime import PROVIDERS, RuntimeOptions
+from extproc.inference.calibration import CALIBRATION_FILE, Calibration, CalibrationError, check_models
 from extproc.inference.spans import (
     SCORE_METHODS,
     RawSpan,
     SpanFilter,
+    answer_sentences,
     filter_spans,
     merge_tokens,
     response_score,
     sentence_bounds,
+    sentence_doubt,
     sentence_for,
+    snap_to_words,
 )
 
 log = logging.getLogger(__name__)
@@ -62,7 +66,8 @@ class EngineSettings:
     min_span_tokens: int = 1
     min_span_chars: int = 2
     min_span_confidence: float = 0.5
-    score_method: str = "noisy_or"
+    score_method: str = "fused"
+    response_threshold: float = 0.5  # fused: a sentence whose (calibrated) doubt reaches it carries spans
     explainer_enabled: bool = True
     drop_entailed: bool = True
     max_batch_tokens: int = 4096
@@ -89,7 +94,7 @@ class EngineSettings:
             provider=m.provider, intra_op_threads=m.intra_op_threads, inter_op_threads=m.inter_op_threads,
             sentinel_threshold=t.sentinel, token_threshold=t.token, nli_entailment_threshold=t.nli_entailment,
             min_span_tokens=t.min_span_tokens, min_span_chars=t.min_span_chars,
-            min_span_confidence=t.min_span_confidence, score_method=tl.score_method,
+            min_span_confidence=t.min_span_confidence, score_method=tl.score_method, response_threshold=t.response,
             explainer_enabled=e.enabled, drop_entailed=e.drop_entailed,
             max_batch_tokens=b.max_batch_tokens, max_wait_ms=b.max_wait_ms, max_queue=b.max_queue,
             sentinel_include_system_prompt=tl.sentinel_include_system_prompt,
@@ -103,6 +108,18 @@ class EngineSettings:
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
+
+
+def _span(answer: str, start: int, end: int, score: float, tokens: int, v: NliResult | None) -> Span:
+    return Span(
+        start=start, end=end, text=answer[start:end], score=score, tokens=tokens,
+        nli_label=v.label if v else None, nli_confidence=v.confidence if v else None,
+        severity=SEVERITY[v.label] if v else None,
+    )
+
+
+def _tokens_in(offsets: Sequence[tuple[int, int]], start: int, end: int) -> int:
+    return sum(1 for a, b in offsets if b > a and a < end and b > start)
 
 
 class OnnxEngine:
@@ -121,6 +138,7 @@ class OnnxEngine:
         }
         self._prep = ThreadPoolExecutor(max_workers=max(1, settings.prep_threads), thread_name_prefix="truthlens-prep")
         self._filter = settings.span_filter
+        self.calibration: Calibration | None = None  # set by build_engine from the detector directory
         self.load_errors: dict[str, str] = {}  # role -> why its directory did not load
 
     def models(self) -> Sequence[ModelInfo]:
@@ -170,6 +188,8 @@ class OnnxEngine:
         scores: TokenScores = self.detector.finish(prepared, await self._batchers["detector"].submit(prepared.rows))
         raw = filter_spans(answer, merge_tokens(answer, scores.offsets, scores.probs.tolist(), self._filter.token_threshold), self._filter)
         timings = {"tokenize": t_prep, "detector": _ms(t0) - t_prep}
+        if self.settings.score_method == "fused" and context and self.explainer is not None and self.settings.explainer_enabled:
+            return await self._detect_fused(context, answer, scores, raw, t0, timings)
         verdicts: list[NliResult | None] = [None] * len(raw)
         if raw and context and self.explainer is not None and self.settings.explainer_enabled:
             t1 = time.perf_counter()
@@ -183,15 +203,54 @@ class OnnxEngine:
                 dropped += 1
                 continue
             kept_raw.append(sp)
-            spans.append(Span(
-                start=sp.start, end=sp.end, text=answer[sp.start:sp.end], score=sp.score, tokens=len(sp.probs),
-                nli_label=v.label if v else None, nli_confidence=v.confidence if v else None,
-                severity=SEVERITY[v.label] if v else None,
-            ))
+            spans.append(_span(answer, sp.start, sp.end, sp.score, len(sp.probs), v))
+        # without the verifier (no context, explainer off) "fused" falls back to the best span
+        method = "max_span" if self.settings.score_method == "fused" else self.settings.score_method
         return DetectionResult(
-            score=response_score(kept_raw, self.settings.score_method), spans=tuple(spans),
+            score=self._calibrated(response_score(kept_raw, method), method), spans=tuple(spans),
             windows=scores.windows, dropped_spans=dropped, latency_ms=_ms(t0), timings_ms=timings,
         )
+
+    async def _detect_fused(
+        self, context: Sequence[str], answer: str, scores: TokenScores, raw: Sequence[RawSpan], t0: float,
+        timings: dict[str, float],
+    ) -> DetectionResult:
+        """Every answer sentence is verified against the context; a sentence carries spans only when
+        its calibrated doubt (detector x verifier, `sentence_doubt`) reaches thresholds.response."""
+        t1 = time.perf_counter()
+        sentences = answer_sentences(answer)
+        verdicts = await self._verify(context, [answer[s:e] for s, e in sentences])
+        timings["verifier"] = _ms(t1)
+        doubt = sentence_doubt(scores.offsets, scores.probs.tolist(), sentences,
+                               [v.entailment for v in verdicts], [v.label for v in verdicts])
+        probs = [self._calibrated(d, "fused") for d in doubt]
+        spans: list[Span] = []
+        dropped = 0
+        for (s, e), v, p, d in zip(sentences, verdicts, probs, doubt):
+            inside = [snap_to_words(answer, max(sp.start, s), min(sp.end, e)) for sp in raw if sp.start < e and sp.end > s]
+            if d <= 0.0 or p < self.settings.response_threshold:
+                dropped += len(inside)
+                continue
+            pieces = [(a, b) for a, b in inside if b > a] or [snap_to_words(answer, s, e)]
+            for a, b in dict.fromkeys(pieces):
+                spans.append(_span(answer, a, b, p, _tokens_in(scores.offsets, a, b), v))
+        return DetectionResult(
+            score=max(probs, default=0.0), spans=tuple(spans), windows=scores.windows, dropped_spans=dropped,
+            latency_ms=_ms(t0), timings_ms=timings,
+        )
+
+    def _calibrated(self, raw: float, method: str) -> float:
+        cal = self.calibration
+        return cal(raw) if cal is not None and cal.raw_score == method else raw
+
+    async def _verify(self, context: Sequence[str], sentences: Sequence[str]) -> list[NliResult]:
+        """NLI of each sentence against every context window, in one batched run."""
+        assert self.explainer is not None
+        if not sentences:
+            return []
+        prepared = await self._prepare(self.explainer.prepare, context, sentences)
+        probs = await self._batchers["explainer"].submit([r for p in prepared for r in p.rows])
+        return self.explainer.finish(prepared, probs)
 
     async def _explain(self, context: Sequence[str], answer: str, raw: Sequence[RawSpan]) -> list[NliResult | None]:
         """All spans of one response in one batched NLI run; spans in the same sentence share a pair."""
@@ -249,6 +308,8 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
             continue
         log.info("%s: loaded %s from %s on %s", role, models[role].name, directory, models[role].provider)
     engine = OnnxEngine(settings, models)
+    if "detector" in models:
+        engine.calibration = _load_calibration(models, settings, errors)
     if "sentinel" in models and settings.sentinel_prefilter:
         engine.prefilter = _load_prefilter(models["sentinel"].path, settings.strict, errors)
     engine.load_errors = errors
@@ -271,3 +332,24 @@ def _load_prefilter(directory: Path, strict: bool, errors: dict[str, str]) -> Le
     log.info("sentinel: lexical prefilter loaded (decides below %s / above %s)",
              pre.band.non_factual_below, pre.band.factual_above)
     return pre
+
+
+def _load_calibration(models: dict[str, OnnxModel], settings: EngineSettings, errors: dict[str, str]) -> Calibration | None:
+    """The detector directory's calibration.json, when it has one fitted for these very models."""
+    path = models["detector"].path / CALIBRATION_FILE
+    if not path.is_file():
+        return None
+    where = f"truthlens.models.detector: {path}"
+    try:
+        cal = Calibration.load(path)
+        check_models(cal, {role: m.path / MODEL_FILE for role, m in models.items()}, where)
+    except CalibrationError as exc:
+        if settings.strict:
+            raise ManifestError(str(exc)) from exc
+        log.error("%s; scores are reported uncalibrated", exc)
+        errors["calibration"] = str(exc)
+        return None
+    if cal.raw_score != settings.score_method:
+        log.warning("%s calibrates score_method %r, the config uses %r: scores are reported uncalibrated",
+                    where, cal.raw_score, settings.score_method)
+    return cal

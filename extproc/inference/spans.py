@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Sequence
 
 from extproc.inference.api import Span
 
-SCORE_METHODS = ("noisy_or", "max_span")
+SCORE_METHODS = ("fused", "noisy_or", "max_span")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +108,13 @@ def to_api_spans(text: str, raw: Sequence[RawSpan]) -> list[Span]:
 
 
 def response_score(raw: Sequence[RawSpan], method: str) -> float:
-    """noisy_or: 1 - prod(1 - p) over the flagged tokens of kept spans; max_span: best span score."""
+    """noisy_or: 1 - prod(1 - p) over the flagged tokens of kept spans; max_span: best span score.
+    ("fused" is scored per sentence: `sentence_doubt`.)"""
     if method not in SCORE_METHODS:
         raise ValueError(f"truthlens.score_method: {method!r} is not one of {list(SCORE_METHODS)}")
     if not raw:
         return 0.0
-    if method == "max_span":
+    if method in ("max_span", "fused"):
         return max(s.score for s in raw)
     keep = 1.0
     for s in raw:
@@ -142,3 +144,30 @@ def sentence_for(text: str, bounds: Sequence[tuple[int, int]], start: int, end: 
     if not covering:
         return text[start:end]
     return text[covering[0][0] : covering[-1][1]].strip()
+
+
+def answer_sentences(text: str) -> list[tuple[int, int]]:
+    """Sentence ranges that hold something to judge (blank pieces dropped)."""
+    return [(s, e) for s, e in sentence_bounds(text) if text[s:e].strip()]
+
+
+def sentence_doubt(
+    offsets: Sequence[tuple[int, int]], probs: Sequence[float], sentences: Sequence[tuple[int, int]],
+    entailment: Sequence[float], labels: Sequence[str],
+) -> list[float]:
+    """Per sentence: sqrt(max detector token probability inside it x (1 - verifier P(entailment))).
+
+    The geometric mean flags a sentence only when both models doubt it: the token detector
+    alone flags faithful rewordings, the verifier alone flags every sentence a context window
+    does not state word for word. A sentence the verifier labels "entailment" scores 0, so an
+    entailment label and a hallucination flag never meet on one span. The response's raw
+    "fused" score is the worst sentence.
+    """
+    out = []
+    for (s, e), ent, label in zip(sentences, entailment, labels):
+        if label == "entailment":
+            out.append(0.0)
+            continue
+        inside = max((float(p) for (a, b), p in zip(offsets, probs) if b > a and a < e and b > s), default=0.0)
+        out.append(math.sqrt(max(inside, 0.0) * max(1.0 - float(ent), 0.0)))
+    return out

@@ -93,7 +93,7 @@ def test_integers_are_accepted_for_float_fields() -> None:
         ({"truthlens": {"default_mode": "fast"}}, "truthlens.default_mode: expected one of lightweight | standard | premium, got 'fast'"),
         ({"truthlens": {"default_action": "drop"}}, "truthlens.default_action: expected one of header | warn | block | none, got 'drop'"),
         ({"truthlens": {"models": {"provider": "rocm"}}}, "truthlens.models.provider: expected one of auto | cuda | cpu"),
-        ({"truthlens": {"score_method": "mean"}}, "truthlens.score_method: expected one of noisy_or | max_span"),
+        ({"truthlens": {"score_method": "mean"}}, "truthlens.score_method: expected one of fused | noisy_or | max_span"),
         ({"truthlens": {"thresholds": {"token": 1.5}}}, "truthlens.thresholds.token: expected a number in [0, 1], got 1.5"),
         ({"truthlens": {"thresholds": {"response": -0.1}}}, "truthlens.thresholds.response: expected a number in [0, 1], got -0.1"),
         ({"truthlens": {"thresholds": {"sentinel": "high"}}}, "truthlens.thresholds.sentinel: expected a number, got 'high'"),

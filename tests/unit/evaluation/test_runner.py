@@ -51,7 +51,7 @@ def test_overall_and_per_task_metrics() -> None:
     assert (ch["overlap_chars"], ch["predicted_chars"], ch["gold_chars"]) == (5, 13, 5)
     tok = report["token_level"]
     assert (tok["tp"], tok["fp"], tok["fn"]) == (1, 1, 0)
-    # max token prob 0.9, 0.9, 0.1 with gold 1, 0, 0: positive ties one negative, beats the other
+    # response scores 0.9, 0.9, 0.1 with gold 1, 0, 0: positive ties one negative, beats the other
     assert report["auroc"] == pytest.approx(0.75)
     assert report["latency_ms"]["p50"] == 2.0
     assert set(report["by_task"]) == {"qa", "summ"}

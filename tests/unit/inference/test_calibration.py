@@ -38,7 +38,7 @@ def test_raw_for_inverts_the_map():
 
 
 def test_round_trip_and_bad_files_are_named(tmp_path):
-    cal = Calibration(0.8, -0.5, "max_token_prob", "abc", {"sets": ["expertqa"]})
+    cal = Calibration(0.8, -0.5, "max_token_prob", {"detector": "abc"}, {"sets": ["expertqa"]})
     assert Calibration.load(cal.save(tmp_path)) == cal
     (tmp_path / "calibration.json").write_text('{"a": -1, "b": 0, "raw_score": "x"}')
     with pytest.raises(CalibrationError, match="a > 0"):
@@ -54,3 +54,17 @@ def test_a_score_that_falls_with_the_label_is_refused():
         fit_platt(raw, ~y, "max_token_prob")
     with pytest.raises(CalibrationError, match="both classes"):
         fit_platt([0.2, 0.3], [True, True], "max_token_prob")
+
+
+def test_a_calibration_for_other_model_files_is_refused(tmp_path):
+    from extproc.inference.calibration import check_models, file_sha256
+
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"weights v1")
+    cal = Calibration(1.0, 0.0, "fused", {"detector": file_sha256(model)})
+    check_models(cal, {"detector": model}, "calibration.json")  # same file: fine
+    model.write_bytes(b"weights v2")
+    with pytest.raises(CalibrationError, match="another detector model"):
+        check_models(cal, {"detector": model}, "calibration.json")
+    with pytest.raises(CalibrationError, match="explainer model, which is not loaded"):
+        check_models(Calibration(1.0, 0.0, "fused", {"explainer": "x"}), {"detector": model}, "calibration.json")

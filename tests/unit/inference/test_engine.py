@@ -7,7 +7,7 @@ import pytest
 from extproc.inference.api import DetectionResult, ModelUnavailable
 from extproc.inference.engine import EngineSettings, build_engine
 from extproc.inference.manifest import ManifestError
-from extproc.inference.models import Detector, OnnxModel
+from extproc.inference.models import Detector, NliResult, OnnxModel
 from extproc.inference.runtime import RuntimeOptions
 from extproc.inference.windowing import PairInput, Row
 
@@ -49,13 +49,13 @@ async def test_detect_windows_long_context_and_scores_the_answer(engine_factory,
 
 
 async def test_token_threshold_one_flags_nothing(engine_factory):
-    engine = engine_factory(token_threshold=1.0)
+    engine = engine_factory(token_threshold=1.0, score_method="noisy_or")
     result = await engine.detect(LONG_CONTEXT, None, ANSWER)
     assert result.spans == () and result.score == 0.0
 
 
 async def test_explainer_labels_spans_and_drops_entailed_ones(engine_factory):
-    flag_all = dict(token_threshold=0.0, min_span_confidence=0.0, min_span_chars=1)
+    flag_all = dict(token_threshold=0.0, min_span_confidence=0.0, min_span_chars=1, score_method="noisy_or")
     keep = await engine_factory(nli_entailment_threshold=1.0, **flag_all).detect(LONG_CONTEXT, "q", ANSWER)
     assert keep.spans and keep.dropped_spans == 0
     for span in keep.spans:
@@ -67,6 +67,57 @@ async def test_explainer_labels_spans_and_drops_entailed_ones(engine_factory):
     assert drop.spans == () and drop.dropped_spans == len(keep.spans) and drop.score == 0.0
     off = await engine_factory(nli_entailment_threshold=0.0, drop_entailed=False, **flag_all).detect(LONG_CONTEXT, "q", ANSWER)
     assert len(off.spans) == len(keep.spans) and off.dropped_spans == 0
+
+
+def _fixed_verifier(engine, *verdicts):
+    """The verifier's answers per sentence, fixed (the tiny NLI model's are random)."""
+    async def verify(context, sentences):
+        assert len(sentences) == len(verdicts)
+        return list(verdicts)
+    engine._verify = verify
+    return engine
+
+
+async def test_fused_verifies_every_sentence_and_never_flags_an_entailed_one(engine_factory):
+    lyon, tower = NliResult("contradiction", 0.9, 0.05), NliResult("entailment", 0.8, 0.8)
+    engine = _fixed_verifier(engine_factory(response_threshold=0.0), lyon, tower)
+    result = await engine.detect(LONG_CONTEXT, "q", ANSWER)
+    first_end = ANSWER.index(".") + 1
+    assert result.spans and all(s.end <= first_end for s in result.spans)  # only the contradicted sentence
+    assert {s.nli_label for s in result.spans} == {"contradiction"}
+    assert "verifier" in result.timings_ms and 0.0 < result.score < 1.0
+    tokens = engine.detector.predict(LONG_CONTEXT, "q", ANSWER)
+    inside = max(p for (a, b), p in zip(tokens.offsets, tokens.probs) if b > a and a < first_end)
+    assert result.score == pytest.approx((inside * 0.95) ** 0.5, abs=1e-5)  # sqrt(token max x (1 - P(ent)))
+    strict = await _fixed_verifier(engine_factory(response_threshold=1.0), lyon, tower).detect(LONG_CONTEXT, "q", ANSWER)
+    assert strict.spans == () and strict.score == pytest.approx(result.score)
+
+
+async def test_fused_flags_a_doubted_sentence_even_without_flagged_tokens(engine_factory):
+    doubt = NliResult("neutral", 0.9, 0.0)
+    engine = _fixed_verifier(engine_factory(response_threshold=0.0, token_threshold=1.0), doubt, doubt)
+    result = await engine.detect(LONG_CONTEXT, "q", ANSWER)
+    assert [s.text for s in result.spans] == ["The capital of France is Lyon.", "The tower was built in 1925."]
+
+
+async def test_calibration_maps_the_score_and_must_match_the_models(engine_factory, tiny_models, tmp_path):
+    from extproc.inference.calibration import Calibration, file_sha256
+
+    det = tmp_path / "det"
+    shutil.copytree(tiny_models["bert-token"], det)
+    raw = await engine_factory(score_method="max_span", explainer_enabled=False, token_threshold=0.0,
+                               min_span_confidence=0.0).detect(LONG_CONTEXT, "q", ANSWER)
+    Calibration(2.0, -1.0, "max_span", {"detector": file_sha256(det / "model.onnx")}).save(det)
+    engine = engine_factory(detector_dir=str(det), score_method="max_span", explainer_enabled=False,
+                            token_threshold=0.0, min_span_confidence=0.0)
+    assert engine.calibration is not None
+    cal = await engine.detect(LONG_CONTEXT, "q", ANSWER)
+    assert cal.score == pytest.approx(engine.calibration(raw.score), abs=1e-5) and cal.score != pytest.approx(raw.score)
+    Calibration(2.0, -1.0, "max_span", {"detector": "0" * 64}).save(det)
+    stale = engine_factory(detector_dir=str(det), score_method="max_span", explainer_enabled=False)
+    assert stale.calibration is None and "another detector model" in stale.load_errors["calibration"]
+    with pytest.raises(ManifestError, match="truthlens.models.detector"):
+        build_engine(_settings(tiny_models, detector_dir=str(det), strict=True))
 
 
 async def test_score_method_is_selectable(engine_factory):

@@ -1,0 +1,61 @@
+"""The committed real-LLM RAG QA set: every line well formed, offsets exact, and the passage join."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.data.convert import DEFAULT_DATA, _digest
+from models.data.real_rag import ANSWERS, CATEGORIES, SEVERITIES, QA_FILE, load_answers, real_rag
+from models.data.records import split_of, validate
+
+KEYS = {"id", "model", "row", "passage_rows", "question", "answer", "labels", "annotator"}
+
+
+def test_every_line_parses_with_valid_exact_offsets():
+    lines = [ln for ln in ANSWERS.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    assert len(lines) >= 100
+    ids = set()
+    for ln in lines:
+        it = json.loads(ln)
+        assert KEYS <= set(it), it.get("id")
+        assert it["id"] == f"real_rag-{it['model']}-{it['row']}"
+        assert it["id"] not in ids
+        ids.add(it["id"])
+        assert it["model"] in ("smollm2", "gemma3")
+        assert len(it["passage_rows"]) == 3 and it["row"] in it["passage_rows"]
+        assert it["answer"] == it["answer"].strip()
+        assert split_of(_digest(it["question"]), 0.1) == "dev"
+        prev_end = -1
+        for lab in it["labels"]:
+            s, e = lab["start"], lab["end"]
+            assert 0 <= s < e <= len(it["answer"]), it["id"]
+            assert s > prev_end, f"{it['id']}: unsorted, overlapping or touching labels"
+            prev_end = e
+            assert it["answer"][s:e] == lab["text"], it["id"]
+            assert lab["text"] == lab["text"].strip(), it["id"]
+            # whole words: no letter or digit on either side of the span
+            assert s == 0 or not (it["answer"][s - 1].isalnum() and it["answer"][s].isalnum()), it["id"]
+            assert e == len(it["answer"]) or not (it["answer"][e - 1].isalnum() and it["answer"][e].isalnum()), it["id"]
+            assert lab["category"] in CATEGORIES and lab["severity"] in SEVERITIES, it["id"]
+
+
+def test_context_join_gives_the_three_passages_with_the_rows_own():
+    qa = DEFAULT_DATA / QA_FILE
+    if not qa.exists():
+        pytest.skip(f"shared data not found at {qa}")
+    items = {it["id"]: it for it in load_answers()}
+    rows = qa.read_text(encoding="utf-8").splitlines()
+    recs = list(real_rag(DEFAULT_DATA))
+    assert len(recs) == len(items)
+    for rec in recs:
+        validate(rec)
+        it = items[rec["id"]]
+        own = json.loads(rows[it["row"]])
+        assert rec["question"] == own["question"]
+        assert isinstance(rec["context"], list) and len(rec["context"]) == 3
+        assert own["knowledge"] in rec["context"]
+        assert rec["context"] == [json.loads(rows[k])["knowledge"] for k in it["passage_rows"]]
+        assert rec["labels"] == [{"start": lab["start"], "end": lab["end"]} for lab in it["labels"]]
+        assert (rec["task"], rec["source"], rec["group"]) == ("rag_qa", "real_rag", _digest(own["question"]))
