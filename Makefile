@@ -12,13 +12,14 @@ HELM := .tools/bin/helm
 CONFIG ?= docs/truthlens.example.yaml
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-serve setup-dev run test models bench check-config clean help
+.PHONY: setup setup-serve setup-dev run test models bench eval check-config clean help
 
 help:
 	@echo "make run     start demo upstream + sidecar + Envoy (http://127.0.0.1:8080)"
 	@echo "make test    install everything and run the test suite"
 	@echo "make models  retrain and export the bundled models"
 	@echo "make bench   run the benchmarks (results under bench/results/)"
+	@echo "make eval    the real-output suite: every candidate on human-labelled real-model answers"
 
 # Serving needs no torch: `make run` installs only the base package.
 $(VENV)/.serve-stamp: pyproject.toml
@@ -67,6 +68,11 @@ models: setup-dev
 	$(PY) -m models.detector_card models/detector --latency
 	$(PY) -m models.train_detector --config models/detector-deep/train.yaml --out models/detector-deep
 	$(PY) -m models.detector_card models/detector-deep --latency
+
+# The real-output suite (../shared/data): answers real models wrote, labelled by people; thresholds chosen on
+# suite-dev, numbers on suite-test. Per-example scores are cached in data-cache/suite (delete it after retraining).
+eval: setup-dev
+	$(PY) bench/real_output_suite.py --out bench/results/real-output-suite
 
 # Benchmarks write markdown + JSON under bench/results/ with the command and machine.
 bench: setup-dev

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from extproc.evaluation.suite import Gold, Scored, choose_threshold, fmt, row_metrics, stable_sample, suite_split  # noqa: E402
-from extproc.inference.spans import sentence_bounds  # noqa: E402
+from extproc.inference.spans import answer_sentences, sentence_doubt  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "hallucination"
 # set -> (converter source, id prefix filter or None, what)
@@ -156,7 +156,7 @@ def _verifier(model_dir: str) -> Callable[[list[dict], argparse.Namespace], list
         nli = Explainer(OnnxModel(ROOT / model_dir, "explainer", RuntimeOptions("cpu", args.threads)))
         out = []
         for i, r in enumerate(recs):
-            bounds = [b for b in sentence_bounds(r["answer"]) if r["answer"][b[0]:b[1]].strip()]
+            bounds = answer_sentences(r["answer"])
             sentences = [r["answer"][s:e] for s, e in bounds]
             results = nli.predict_batch(context_of(r), sentences) if sentences else []
             out.append({"sentences": [[s, e, round(v.entailment, 5), v.label] for (s, e), v in zip(bounds, results)]})
@@ -179,6 +179,7 @@ PRODUCERS: dict[str, Callable[[list[dict], argparse.Namespace], list[dict]]] = {
     "detector_tokens": _detector_tokens("models/detector"),
     "detector_deep_tokens": _detector_tokens("models/detector-deep"),
     "verifier_nli": _verifier("models/explainer"),
+    "verifier_trained_nli": _verifier("models/verifier"),
 }
 
 
@@ -193,12 +194,12 @@ def _sentence_scored(raw: dict) -> Scored:
 
 
 def _fused(tok: dict, ver: dict) -> Scored:
-    """Sentence score = sqrt(max token prob in the sentence x (1 - P(entailment))): both must doubt it."""
-    segs = []
-    for s, e, ent, _ in ver["sentences"]:
-        inside = [p for (a, b), p in zip(tok["offsets"], tok["min"]) if a < e and b > s and b > a]
-        segs.append((int(s), int(e), float(np.sqrt(max(inside, default=0.0) * (1.0 - float(ent))))))
-    return Scored(max((v for *_, v in segs), default=0.0), tuple(segs))
+    """The gateway's `score_method: fused`, computed by the same function (`sentence_doubt`)."""
+    sentences = [(int(s), int(e)) for s, e, _, _ in ver["sentences"]]
+    doubt = sentence_doubt([tuple(o) for o in tok["offsets"]], tok["min"], sentences,
+                           [float(ent) for _, _, ent, _ in ver["sentences"]], [lab for *_, lab in ver["sentences"]])
+    segs = tuple((s, e, d) for (s, e), d in zip(sentences, doubt))
+    return Scored(max(doubt, default=0.0), segs)
 
 
 # candidate -> (producers it needs, builder, fixed threshold or None = chosen on suite-dev)
@@ -216,7 +217,19 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
     "verifier": (("verifier_nli",), _sentence_scored, None,
                  "sentence verifier: bundled NLI model, 1 - max P(entailment) over context windows, worst sentence"),
     "detector+verifier": (("detector_tokens", "verifier_nli"), _fused, None,
-                          "per sentence sqrt(detector max token prob x verifier doubt), worst sentence"),
+                          "score_method fused with the bundled explainer: per sentence sqrt(detector max token prob "
+                          "x (1 - P(entailment))), 0 for an entailed sentence, worst sentence"),
+    "verifier_trained": (("verifier_trained_nli",), _sentence_scored, None,
+                         "grounding verifier trained here (models/verifier), worst sentence"),
+    "detector+verifier_trained": (("detector_tokens", "verifier_trained_nli"), _fused, None,
+                                  "score_method fused with the trained verifier"),
+}
+
+
+# candidates the gateway can serve as `score_method: fused`: the model directories they use
+SERVABLE = {
+    "detector+verifier": {"detector": "models/detector", "explainer": "models/explainer"},
+    "detector+verifier_trained": {"detector": "models/detector", "explainer": "models/verifier"},
 }
 
 
@@ -252,18 +265,42 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
         producers, build, fixed, what = CANDIDATES[cand]
         scored: dict[str, dict[str, list[Scored]]] = {"dev": {}, "test": {}}
         gold: dict[str, dict[str, list[Gold]]] = {"dev": {}, "test": {}}
-        for name, recs in sets.items():
+        cap = args.pmi_per_split if "pmi" in producers else None
+        for name, all_recs in sets.items():
+            recs = [r for split in ("dev", "test") for r in [x for x in all_recs if x["split"] == split][:cap]]
             raws = [cached(p, name, recs, cache, args) for p in producers]
             for i, rec in enumerate(recs):
                 scored[rec["split"]].setdefault(name, []).append(build(*(raw[i] for raw in raws)))
                 gold[rec["split"]].setdefault(name, []).append(gold_of(rec))
         t = fixed if fixed is not None else choose_threshold(scored["dev"], gold["dev"], selection)
+        if cand == args.fit_calibration:
+            args.calibration_result = fit_calibration(cand, scored["dev"], gold["dev"], selection, t, args)
         rows[cand] = {
-            "what": what, "threshold": t, "threshold_from": "fixed" if fixed is not None else "suite-dev",
+            "what": what + (f" (first {cap} answers per split: two LM passes per answer on CPU)" if cap else ""),
+            "threshold": t, "threshold_from": "fixed" if fixed is not None else "suite-dev",
             "sets": {name: {split: row_metrics(scored[split][name], gold[split][name], t)
                             for split in ("dev", "test") if name in scored[split]} for name in sets},
         }
     return rows
+
+
+def fit_calibration(cand: str, dev: dict[str, list[Scored]], gold: dict[str, list[Gold]], selection: Sequence[str],
+                    threshold: float, args: argparse.Namespace) -> dict[str, Any]:
+    """Platt-scale the candidate's raw score on the pooled suite-dev parts of the selection sets and
+    write calibration.json into its detector directory (hashes of the model files it was fitted with)."""
+    from extproc.inference.calibration import file_sha256, fit_platt
+
+    raw = [s.score for n in selection if n in dev for s in dev[n]]
+    labels = [g.hallucinated for n in selection if n in gold for g in gold[n]]
+    dirs = SERVABLE[cand]
+    cal = fit_platt(raw, labels, "fused", models={r: file_sha256(ROOT / d / "model.onnx") for r, d in dirs.items()},
+                    fitted_on={"sets": list(selection), "split": "suite-dev", "answers": len(raw),
+                               "hallucinated": int(sum(labels)), "candidate": cand, "models": dirs,
+                               "command": "bench/real_output_suite.py --fit-calibration " + cand})
+    path = cal.save(ROOT / dirs["detector"])
+    print(f"wrote {path}: a={cal.a:.4f} b={cal.b:.4f}; the raw dev threshold {threshold:.4f} is "
+          f"thresholds.response {cal(threshold):.4f}", file=sys.stderr)
+    return {"a": cal.a, "b": cal.b, "raw_threshold": threshold, "response_threshold": cal(threshold), "path": str(path)}
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -308,6 +345,11 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"| {cand} | {fmt(row['threshold'])} ({row['threshold_from']}) | "
                          + " | ".join(fmt(v) for v in vals) + " |")
     lines += ["", "## Candidates", "", *[f"- **{c}**: {r['what']}" for c, r in rows.items()], ""]
+    cal = report.get("calibration")
+    if cal:
+        lines += [f"Calibration (`{cal['path']}`): Platt on the raw score's logit, a = {cal['a']:.4f}, b = {cal['b']:.4f}, "
+                  f"fitted on the same suite-dev answers that chose the threshold; the raw threshold "
+                  f"{cal['raw_threshold']:.4f} is the calibrated `thresholds.response` {cal['response_threshold']:.4f}.", ""]
     return "\n".join(lines)
 
 
@@ -327,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="sets whose suite-dev parts choose thresholds (default: the RAG QA sets, the product's use)")
     ap.add_argument("--per-split", type=int, default=120, help="answers per set and split (fixed sample)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--pmi-per-split", type=int, default=60, help="context PMI runs on this prefix of each sample")
+    ap.add_argument("--fit-calibration", choices=list(SERVABLE), default=None, metavar="CANDIDATE",
+                    help="also fit and write the detector directory's calibration.json for this candidate "
+                         f"({', '.join(SERVABLE)})")
     ap.add_argument("--cache", type=Path, default=ROOT / "data-cache" / "suite")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "real-output-suite")
     args = ap.parse_args(argv)
@@ -343,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                      "test_hallucinated": sum(r["split"] == "test" and bool(r["labels"]) for r in recs)}
                  for n, recs in sets.items()},
         "candidates": evaluate(sets, args.candidates, args.cache, args, selection),
+        "calibration": getattr(args, "calibration_result", None),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
