@@ -511,6 +511,14 @@ def attributionbench(root: Path, limit: int | None = None) -> Iterator[Record]:
                       limit, task)
 
 
+def real_rag(root: Path, limit: int | None = None) -> Iterator[Record]:
+    """Answers real small LLMs wrote to held-out HaluEval QA questions, spans labelled against a guide
+    (models/data/real_rag.py; imported late: it uses this module's helpers). Evaluation only."""
+    from models.data.real_rag import real_rag as load
+
+    return load(root, limit)
+
+
 SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
     "halueval_qa": halueval_qa,
     "halueval_dialogue": halueval_dialogue,
@@ -526,13 +534,14 @@ SOURCES: dict[str, Callable[..., Iterator[Record]]] = {
     "qags": qags,
     "expertqa": expertqa,
     "attributionbench": attributionbench,
+    "real_rag": real_rag,
 }
 
 # Small span sets get a bigger dev share so their dev metrics mean something.
 # FaithDial's audit, the hand-written probe and the human-judged sets of real system outputs
 # (FRANK, QAGS, ExpertQA, AttributionBench) are evaluation only: all of them go to dev.
 DEV_FRACTION = {"faithbench": 0.25, "xsum": 0.25, "faithdial": 1.0, "summedits": 0.2, "handwritten_rag": 1.0,
-                "frank": 1.0, "qags": 1.0, "expertqa": 1.0, "attributionbench": 1.0}
+                "frank": 1.0, "qags": 1.0, "expertqa": 1.0, "attributionbench": 1.0, "real_rag": 1.0}
 
 
 def convert(source: str, root: Path, out: Path, dev_fraction: float | None = None,
