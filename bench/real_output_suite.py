@@ -197,7 +197,7 @@ def _fused(tok: dict, ver: dict) -> Scored:
     """The gateway's `score_method: fused`, computed by the same function (`sentence_doubt`)."""
     sentences = [(int(s), int(e)) for s, e, _, _ in ver["sentences"]]
     doubt = sentence_doubt([tuple(o) for o in tok["offsets"]], tok["min"], sentences,
-                           [float(ent) for _, _, ent, _ in ver["sentences"]], [lab for *_, lab in ver["sentences"]])
+                           [float(ent) for _, _, ent, _ in ver["sentences"]])
     segs = tuple((s, e, d) for (s, e), d in zip(sentences, doubt))
     return Scored(max(doubt, default=0.0), segs)
 
@@ -218,7 +218,7 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
                  "sentence verifier: bundled NLI model, 1 - max P(entailment) over context windows, worst sentence"),
     "detector+verifier": (("detector_tokens", "verifier_nli"), _fused, None,
                           "score_method fused with the bundled explainer: per sentence sqrt(detector max token prob "
-                          "x (1 - P(entailment))), 0 for an entailed sentence, worst sentence"),
+                          "x (1 - P(entailment))), worst sentence"),
     "verifier_trained": (("verifier_trained_nli",), _sentence_scored, None,
                          "grounding verifier trained here (models/verifier), worst sentence"),
     "detector+verifier_trained": (("detector_tokens", "verifier_trained_nli"), _fused, None,

@@ -216,13 +216,14 @@ class OnnxEngine:
         timings: dict[str, float],
     ) -> DetectionResult:
         """Every answer sentence is verified against the context; a sentence carries spans only when
-        its calibrated doubt (detector x verifier, `sentence_doubt`) reaches thresholds.response."""
+        its calibrated doubt (detector x verifier, `sentence_doubt`) reaches thresholds.response.
+        A flagged sentence whose top NLI label is entailment is reported as neutral (not supported,
+        confidence 1 - P(entailment)), so a span is never both flagged and labelled entailed."""
         t1 = time.perf_counter()
         sentences = answer_sentences(answer)
         verdicts = await self._verify(context, [answer[s:e] for s, e in sentences])
         timings["verifier"] = _ms(t1)
-        doubt = sentence_doubt(scores.offsets, scores.probs.tolist(), sentences,
-                               [v.entailment for v in verdicts], [v.label for v in verdicts])
+        doubt = sentence_doubt(scores.offsets, scores.probs.tolist(), sentences, [v.entailment for v in verdicts])
         probs = [self._calibrated(d, "fused") for d in doubt]
         spans: list[Span] = []
         dropped = 0
@@ -231,6 +232,8 @@ class OnnxEngine:
             if d <= 0.0 or p < self.settings.response_threshold:
                 dropped += len(inside)
                 continue
+            if v.label == "entailment":  # flagged all the same: report it as not supported, never as entailed
+                v = NliResult("neutral", 1.0 - v.entailment, v.entailment)
             pieces = [(a, b) for a, b in inside if b > a] or [snap_to_words(answer, s, e)]
             for a, b in dict.fromkeys(pieces):
                 spans.append(_span(answer, a, b, p, _tokens_in(scores.offsets, a, b), v))

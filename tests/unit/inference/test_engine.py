@@ -78,19 +78,28 @@ def _fixed_verifier(engine, *verdicts):
     return engine
 
 
-async def test_fused_verifies_every_sentence_and_never_flags_an_entailed_one(engine_factory):
-    lyon, tower = NliResult("contradiction", 0.9, 0.05), NliResult("entailment", 0.8, 0.8)
-    engine = _fixed_verifier(engine_factory(response_threshold=0.0), lyon, tower)
+async def test_fused_verifies_every_sentence_and_flags_by_sentence(engine_factory):
+    lyon, tower = NliResult("contradiction", 0.9, 0.05), NliResult("entailment", 0.999, 0.999)
+    engine = _fixed_verifier(engine_factory(response_threshold=0.2), lyon, tower)
     result = await engine.detect(LONG_CONTEXT, "q", ANSWER)
     first_end = ANSWER.index(".") + 1
-    assert result.spans and all(s.end <= first_end for s in result.spans)  # only the contradicted sentence
-    assert {s.nli_label for s in result.spans} == {"contradiction"}
-    assert "verifier" in result.timings_ms and 0.0 < result.score < 1.0
     tokens = engine.detector.predict(LONG_CONTEXT, "q", ANSWER)
     inside = max(p for (a, b), p in zip(tokens.offsets, tokens.probs) if b > a and a < first_end)
+    assert (inside * 0.95) ** 0.5 > 0.2 > (1.0 * 0.001) ** 0.5  # the tiny detector's tokens are not near 0
+    assert result.spans and all(s.end <= first_end for s in result.spans)  # only the contradicted sentence
+    assert {s.nli_label for s in result.spans} == {"contradiction"}
+    assert "verifier" in result.timings_ms
     assert result.score == pytest.approx((inside * 0.95) ** 0.5, abs=1e-5)  # sqrt(token max x (1 - P(ent)))
     strict = await _fixed_verifier(engine_factory(response_threshold=1.0), lyon, tower).detect(LONG_CONTEXT, "q", ANSWER)
     assert strict.spans == () and strict.score == pytest.approx(result.score)
+
+
+async def test_a_flagged_sentence_is_never_labelled_entailment(engine_factory):
+    weak = NliResult("entailment", 0.4, 0.4)  # top label entailment, yet not much support
+    engine = _fixed_verifier(engine_factory(response_threshold=0.0), weak, weak)
+    result = await engine.detect(LONG_CONTEXT, "q", ANSWER)
+    assert result.spans and {s.nli_label for s in result.spans} == {"neutral"}
+    assert all(s.nli_confidence == pytest.approx(0.6) for s in result.spans)
 
 
 async def test_fused_flags_a_doubted_sentence_even_without_flagged_tokens(engine_factory):
