@@ -166,6 +166,32 @@ def _verifier(model_dir: str) -> Callable[[list[dict], argparse.Namespace], list
     return run
 
 
+def _served(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+    """The gateway's own path (`truthlens eval`'s scorer: engine, batcher, default config) per answer."""
+    from extproc.evaluation.dataset import Example
+    from extproc.evaluation.scorer import open_scorer
+
+    scorer = open_scorer(argparse.Namespace(config=None, model_dir=None, explainer_dir=None, no_explainer=False,
+                                            token_threshold=None, min_span_confidence=None))
+    out = []
+    try:
+        for i, r in enumerate(recs):
+            ex = Example(str(r["id"]), tuple(context_of(r)), r.get("question"), r["answer"], ())
+            pred = scorer.score(ex)
+            out.append({"score": pred.score, "spans": [[sp.start, sp.end, sp.score] for sp in pred.spans],
+                        "latency_ms": round(pred.latency_ms, 2)})
+            _tick(i, len(recs))
+    finally:
+        scorer.close()
+    return out
+
+
+def _served_threshold() -> float:
+    from extproc.config import default_config
+
+    return float(default_config().truthlens.thresholds.response)
+
+
 def _tick(i: int, n: int) -> None:
     if (i + 1) % 25 == 0 or i + 1 == n:
         print(f"\r  {i + 1}/{n}", end="" if i + 1 < n else "\n", file=sys.stderr, flush=True)
@@ -180,6 +206,7 @@ PRODUCERS: dict[str, Callable[[list[dict], argparse.Namespace], list[dict]]] = {
     "detector_deep_tokens": _detector_tokens("models/detector-deep"),
     "verifier_nli": _verifier("models/explainer"),
     "verifier_trained_nli": _verifier("models/verifier"),
+    "served": _served,
 }
 
 
@@ -219,6 +246,9 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
     "detector+verifier": (("detector_tokens", "verifier_nli"), _fused, None,
                           "score_method fused with the bundled explainer: per sentence sqrt(detector max token prob "
                           "x (1 - P(entailment))), worst sentence"),
+    "served": (("served",), lambda r: Scored(r["score"], tuple((s, e, v) for s, e, v in r["spans"])), _served_threshold(),
+               "the gateway as shipped: truthlens eval's engine path with the default config (score_method, "
+               "calibration, thresholds.response)"),
     "verifier_trained": (("verifier_trained_nli",), _sentence_scored, None,
                          "grounding verifier trained here (models/verifier), worst sentence"),
     "detector+verifier_trained": (("detector_tokens", "verifier_trained_nli"), _fused, None,

@@ -46,3 +46,47 @@ def real_rag(root: Path, limit: int | None = None, path: Path = ANSWERS) -> Iter
         spans = [(lab["start"], lab["end"]) for lab in it["labels"]]
         yield make_record(it["id"], context, it["question"], it["answer"], spans, "rag_qa", "real_rag",
                           _digest(it["question"]))
+
+
+SECOND = ANSWERS.with_name("answers_b.jsonl")  # annotator B's labels for a sample, made blind to A's
+
+
+def agreement(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> dict[str, Any]:
+    """Inter-annotator agreement on the items both labelled: answer level (any span or not: raw
+    agreement and Cohen's kappa), character level (span F1 of B against A, pooled) and, where the
+    spans overlap, whether they agree on the category."""
+    from extproc.evaluation.metrics import overlap_chars, covered_chars
+
+    a_by = {it["id"]: it for it in first}
+    both = [(a_by[b["id"]], b) for b in second if b["id"] in a_by]
+    ya = [bool(a["labels"]) for a, _ in both]
+    yb = [bool(b["labels"]) for _, b in both]
+    n = len(both)
+    observed = sum(x == y for x, y in zip(ya, yb)) / n if n else 0.0
+    pa, pb = (sum(ya) / n, sum(yb) / n) if n else (0.0, 0.0)
+    chance = pa * pb + (1 - pa) * (1 - pb)
+    kappa = (observed - chance) / (1 - chance) if chance < 1 else 1.0
+    overlap = gold = pred = 0
+    same_cat = cat_pairs = 0
+    for a, b in both:
+        sa = [(x["start"], x["end"]) for x in a["labels"]]
+        sb = [(x["start"], x["end"]) for x in b["labels"]]
+        overlap += overlap_chars(sb, sa)
+        gold += covered_chars(sa)
+        pred += covered_chars(sb)
+        for x in a["labels"]:
+            for y in b["labels"]:
+                if min(x["end"], y["end"]) > max(x["start"], y["start"]):
+                    cat_pairs += 1
+                    same_cat += x["category"] == y["category"]
+    return {
+        "items": n, "hallucinated_a": sum(ya), "hallucinated_b": sum(yb),
+        "answer_level_agreement": round(observed, 4), "cohen_kappa": round(kappa, 4),
+        "span_char_f1": round(2 * overlap / (gold + pred), 4) if gold + pred else None,
+        "overlapping_span_pairs": cat_pairs,
+        "category_agreement": round(same_cat / cat_pairs, 4) if cat_pairs else None,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(agreement(load_answers(), load_answers(SECOND)), indent=2))

@@ -59,3 +59,17 @@ def test_context_join_gives_the_three_passages_with_the_rows_own():
         assert rec["context"] == [json.loads(rows[k])["knowledge"] for k in it["passage_rows"]]
         assert rec["labels"] == [{"start": lab["start"], "end": lab["end"]} for lab in it["labels"]]
         assert (rec["task"], rec["source"], rec["group"]) == ("rag_qa", "real_rag", _digest(own["question"]))
+
+
+def test_agreement_counts_answers_spans_and_categories():
+    from models.data.real_rag import agreement
+
+    a = [{"id": "1", "labels": [{"start": 0, "end": 4, "category": "baseless"}]}, {"id": "2", "labels": []},
+         {"id": "3", "labels": []}, {"id": "4", "labels": []}]
+    b = [{"id": "1", "labels": [{"start": 2, "end": 6, "category": "contradiction"}]},
+         {"id": "2", "labels": [{"start": 0, "end": 2, "category": "baseless"}]}, {"id": "3", "labels": []}]
+    got = agreement(a, b)
+    assert got["items"] == 3  # only what both labelled
+    assert got["answer_level_agreement"] == pytest.approx(2 / 3) and got["cohen_kappa"] == pytest.approx(0.4)
+    assert got["span_char_f1"] == pytest.approx(0.4)  # overlap 2 chars; A covers 4, B covers 6
+    assert (got["overlapping_span_pairs"], got["category_agreement"]) == (1, 0.0)
