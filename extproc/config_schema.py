@@ -132,7 +132,7 @@ class ModelsConfig:
 class ThresholdsConfig:
     sentinel: float = _unit(0.49)
     token: float = _unit(0.4)
-    response: float = _unit(0.5)
+    response: float = _unit(0.51)
     nli_entailment: float = _unit(0.9)
     min_span_tokens: int = _bounded(1, 1)
     min_span_chars: int = _bounded(2, 0)

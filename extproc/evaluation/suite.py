@@ -75,10 +75,16 @@ def spans_at(scored: Scored, answer: str, threshold: float) -> list[tuple[int, i
     return spans or [(0, len(answer))]
 
 
-def best_f1_threshold(scores: Sequence[float], gold: Sequence[bool]) -> float:
-    """The score threshold (flag when score >= t) with the best example-level F1; ties go to the higher t."""
+def best_f1_threshold(scores: Sequence[float], gold: Sequence[bool], max_faithful_flagged: float = 1.0) -> float:
+    """The score threshold (flag when score >= t) with the best example-level F1 among those that flag
+    at most `max_faithful_flagged` of the faithful answers; ties go to the higher t.
+
+    Without the cap a weak score's best F1 is usually "flag nearly everything", which users feel as
+    a false alarm on every faithful answer.
+    """
     pairs = sorted(zip(scores, gold), key=lambda p: -p[0])
     positives = sum(gold)
+    negatives = len(pairs) - positives
     if not pairs or positives == 0:
         return float("inf")
     best_f1, best_t, tp, fp = -1.0, float("inf"), 0, 0
@@ -87,6 +93,8 @@ def best_f1_threshold(scores: Sequence[float], gold: Sequence[bool]) -> float:
         fp += int(not g)
         if i + 1 < len(pairs) and pairs[i + 1][0] == s:
             continue  # a threshold cannot split tied scores
+        if negatives and fp / negatives > max_faithful_flagged:
+            break
         f1 = 2 * tp / (tp + fp + positives)
         if f1 > best_f1 + 1e-12:
             best_f1, best_t = f1, s
@@ -115,16 +123,18 @@ def row_metrics(scored: Sequence[Scored], gold: Sequence[Gold], threshold: float
 
 
 def choose_threshold(
-    scored: Mapping[str, Sequence[Scored]], gold: Mapping[str, Sequence[Gold]], selection: Iterable[str]
+    scored: Mapping[str, Sequence[Scored]], gold: Mapping[str, Sequence[Gold]], selection: Iterable[str],
+    max_faithful_flagged: float = 1.0,
 ) -> float:
-    """One threshold for all sets: the best F1 on the pooled dev parts of the selection sets."""
+    """One threshold for all sets: the best F1 on the pooled dev parts of the selection sets
+    (flagging at most `max_faithful_flagged` of their faithful answers)."""
     scores: list[float] = []
     labels: list[bool] = []
     for name in selection:
         if name in scored:
             scores += [s.score for s in scored[name]]
             labels += [g.hallucinated for g in gold[name]]
-    return best_f1_threshold(scores, labels)
+    return best_f1_threshold(scores, labels, max_faithful_flagged)
 
 
 def fmt(value: float | None, digits: int = 3) -> str:

@@ -67,7 +67,7 @@ class EngineSettings:
     min_span_chars: int = 2
     min_span_confidence: float = 0.5
     score_method: str = "fused"
-    response_threshold: float = 0.5  # fused: a sentence whose (calibrated) doubt reaches it carries spans
+    response_threshold: float = 0.51  # fused: a sentence whose (calibrated) doubt reaches it carries spans
     explainer_enabled: bool = True
     drop_entailed: bool = True
     max_batch_tokens: int = 4096

@@ -58,6 +58,16 @@ def test_default_token_threshold_is_the_bundled_detectors() -> None:
     assert default_config().truthlens.models.detector == "models/detector"
 
 
+def test_default_response_threshold_and_score_method_follow_the_bundled_calibration() -> None:
+    """Refitting the calibration moves the calibrated operating point; the config default must follow,
+    and the calibration must be for the default score method and the default explainer's model file."""
+    cal = json.loads((EXAMPLE.parents[1] / "models" / "detector" / "calibration.json").read_text())
+    tl = default_config().truthlens
+    assert tl.thresholds.response == cal["fitted_on"]["recommended_response_threshold"]
+    assert tl.score_method == cal["raw_score"] == "fused"
+    assert cal["fitted_on"]["models"] == {"detector": tl.models.detector, "explainer": tl.models.explainer}
+
+
 def test_empty_file_means_defaults(tmp_path: Path) -> None:
     path = tmp_path / "empty.yaml"
     path.write_text("")

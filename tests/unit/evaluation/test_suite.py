@@ -22,6 +22,14 @@ def test_best_f1_threshold_does_not_split_ties():
     assert best_f1_threshold([0.5, 0.4], [False, False]) == float("inf")
 
 
+def test_faithful_flagged_cap_keeps_the_threshold_above_flag_all():
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+    gold = [True, False, True, False, True, False, True, False]
+    assert best_f1_threshold(scores, gold) == 0.3  # uncapped: flag almost all (F1 0.8)
+    assert best_f1_threshold(scores, gold, max_faithful_flagged=0.25) == 0.7  # 1 of 4 faithful flagged, F1 4/7
+    assert best_f1_threshold(scores, gold, max_faithful_flagged=0.2) == 0.9  # none flagged
+
+
 def test_spans_at_joins_snaps_and_falls_back_to_the_whole_answer():
     answer = "Paris is in Norway since 1999."
     tokens = Scored(0.9, ((0, 5, 0.1), (12, 15, 0.9), (15, 18, 0.8), (25, 29, 0.7)))
