@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from extproc.evaluation.metrics import latency_summary  # noqa: E402
 from extproc.evaluation.suite import Gold, Scored, choose_threshold, fmt, row_metrics, stable_sample, suite_split  # noqa: E402
 from extproc.inference.spans import answer_sentences, sentence_doubt  # noqa: E402
 
@@ -307,6 +307,9 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
             for i, rec in enumerate(recs):
                 scored[rec["split"]].setdefault(name, []).append(build(*(raw[i] for raw in raws)))
                 gold[rec["split"]].setdefault(name, []).append(gold_of(rec))
+        if "served" in producers:
+            args.served_latency = {name: latency_summary([o["latency_ms"] for o in cached("served", name, recs, cache, args)])
+                                   for name, recs in sets.items()}
         t = fixed if fixed is not None else choose_threshold(scored["dev"], gold["dev"], selection,
                                                              args.max_faithful_flagged)
         if cand == args.fit_calibration:
@@ -384,6 +387,11 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"| {cand} | {fmt(row['threshold'])} ({row['threshold_from']}) | "
                          + " | ".join(fmt(v) for v in vals) + " |")
     lines += ["", "## Candidates", "", *[f"- **{c}**: {r['what']}" for c, r in rows.items()], ""]
+    lat = report.get("served_latency_ms")
+    if lat:
+        lines += ["## Served latency per answer (ms, `served`: one answer at a time, detector + verifier on this machine)", "",
+                  "| set | p50 | p95 |", "| --- | --- | --- |",
+                  *[f"| {n} | {fmt(v['p50'], 1)} | {fmt(v['p95'], 1)} |" for n, v in lat.items()], ""]
     cal = report.get("calibration")
     if cal:
         lines += [f"Calibration (`{cal['path']}`): Platt on the raw score's logit, a = {cal['a']:.4f}, b = {cal['b']:.4f}, "
@@ -431,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
                  for n, recs in sets.items()},
         "candidates": evaluate(sets, args.candidates, args.cache, args, selection),
         "calibration": getattr(args, "calibration_result", None),
+        "served_latency_ms": getattr(args, "served_latency", None),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
