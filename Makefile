@@ -54,7 +54,8 @@ run: setup-serve
 test: setup-dev
 	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) $(PY) -m pytest -q $(PYTEST_ARGS)
 
-# Rebuild the three bundled models (and the optional 4-layer detector) from ../shared/data and the packaged MiniLM base
+# Rebuild the three bundled models (and the optional 4-layer detector, and the score calibration) from ../shared/data
+# and the packaged MiniLM base
 # (CPU here: about two hours on 2 idle cores, most of it the two detectors). Each script takes --max-steps etc.
 models: setup-dev
 	$(PY) -m models.train_sentinel  --config models/sentinel/train.yaml  --out models/sentinel
@@ -68,6 +69,11 @@ models: setup-dev
 	$(PY) -m models.detector_card models/detector --latency
 	$(PY) -m models.train_detector --config models/detector-deep/train.yaml --out models/detector-deep
 	$(PY) -m models.detector_card models/detector-deep --latency
+	# the served score's calibration, on the real-output suite's RAG dev parts (fresh scores for the new models);
+	# it prints the calibrated operating point: thresholds.response's default must follow (a test checks it)
+	rm -rf data-cache/suite/scores
+	$(PY) bench/real_output_suite.py --candidates detector+verifier --fit-calibration detector+verifier \
+		--out data-cache/suite/calibration
 
 # The real-output suite (../shared/data): answers real models wrote, labelled by people; thresholds chosen on
 # suite-dev, numbers on suite-test. Per-example scores are cached in data-cache/suite (delete it after retraining).
