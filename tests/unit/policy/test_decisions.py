@@ -42,9 +42,10 @@ def test_example_config_decisions() -> None:
     internal = select_decision(cfg, facts("hello", x_team="platform"))
     assert internal.name == "internal-tools" and internal.enabled is False
     # unset fields inherit the global settings
-    assert (internal.mode, internal.threshold, internal.action) == ("lightweight", 0.5, "header")
+    response = cfg.truthlens.thresholds.response
+    assert (internal.mode, internal.threshold, internal.action) == ("lightweight", response, "header")
     default = select_decision(cfg, facts("hello", x_team="data"))
-    assert default == Decision(None, True, "lightweight", 0.5, "header")
+    assert default == Decision(None, True, "lightweight", response, "header")
 
 
 def test_priority_highest_first_then_file_order() -> None:
