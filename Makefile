@@ -74,6 +74,8 @@ models: setup-dev
 	rm -rf data-cache/suite/scores
 	$(PY) bench/real_output_suite.py --candidates detector+verifier --fit-calibration detector+verifier \
 		--out data-cache/suite/calibration
+	$(PY) bench/real_output_suite.py --candidates detector_deep+verifier --fit-calibration detector_deep+verifier \
+		--out data-cache/suite/calibration-deep
 
 # The real-output suite (../shared/data): answers real models wrote, labelled by people; thresholds chosen on
 # suite-dev, numbers on suite-test. Per-example scores are cached in data-cache/suite (delete it after retraining).

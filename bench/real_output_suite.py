@@ -249,6 +249,8 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
     "served": (("served",), lambda r: Scored(r["score"], tuple((s, e, v) for s, e, v in r["spans"])), _served_threshold(),
                "the gateway as shipped: truthlens eval's engine path with the default config (score_method, "
                "calibration, thresholds.response)"),
+    "detector_deep+verifier": (("detector_deep_tokens", "verifier_nli"), _fused, None,
+                               "score_method fused with the optional 4-layer detector-deep"),
     "verifier_trained": (("verifier_trained_nli",), _sentence_scored, None,
                          "grounding verifier trained here (models/verifier), worst sentence"),
     "detector+verifier_trained": (("detector_tokens", "verifier_trained_nli"), _fused, None,
@@ -260,12 +262,13 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
 SERVABLE = {
     "detector+verifier": {"detector": "models/detector", "explainer": "models/explainer"},
     "detector+verifier_trained": {"detector": "models/detector", "explainer": "models/verifier"},
+    "detector_deep+verifier": {"detector": "models/detector-deep", "explainer": "models/explainer"},
 }
 
 
 # what `make eval` runs; the trained-verifier candidates need models/verifier (tried, not shipped: its card)
 DEFAULT_CANDIDATES = ["flag_all", "length", "context_pmi", "detector_max", "detector", "detector_deep", "verifier",
-                      "detector+verifier", "served"]
+                      "detector+verifier", "detector_deep+verifier", "served"]
 
 
 def cached(producer: str, name: str, recs: list[dict], cache: Path, args: argparse.Namespace) -> list[dict]:

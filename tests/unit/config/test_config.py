@@ -68,6 +68,16 @@ def test_default_response_threshold_and_score_method_follow_the_bundled_calibrat
     assert cal["fitted_on"]["models"] == {"detector": tl.models.detector, "explainer": tl.models.explainer}
 
 
+def test_the_optional_deep_detector_ships_its_own_calibration() -> None:
+    from extproc.inference.calibration import Calibration, check_models
+
+    root = EXAMPLE.parents[1] / "models"
+    cal = Calibration.load(root / "detector-deep" / "calibration.json")
+    check_models(cal, {"detector": root / "detector-deep" / "model.onnx", "explainer": root / "explainer" / "model.onnx"},
+                 "models/detector-deep/calibration.json")  # fitted for the committed model files
+    assert cal.raw_score == "fused" and 0.0 < cal.fitted_on["recommended_response_threshold"] < 1.0
+
+
 def test_empty_file_means_defaults(tmp_path: Path) -> None:
     path = tmp_path / "empty.yaml"
     path.write_text("")
