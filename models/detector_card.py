@@ -175,6 +175,49 @@ def _sweep_table(agg: dict[str, Any]) -> str:
                    for t, v in agg["threshold_sweep"].items()], ["threshold", "ex-P", "ex-R", "ex-F1", "faithful flagged"])
 
 
+SUITE = Path(__file__).resolve().parents[1] / "bench" / "results" / "real-output-suite.json"
+# rows of the real-output suite that describe each bundled detector (candidate names of bench/real_output_suite.py)
+SUITE_ROWS = {
+    "models/detector": ("detector_max", "detector", "detector+verifier", "served"),
+    "models/detector-deep": ("detector_deep", "detector_deep+verifier"),
+}
+
+
+def _real_output(model_dir: str, suite: Path = SUITE) -> list[str]:
+    """The card quotes the real-output suite (the criterion), with the baselines beside the model."""
+    if not suite.is_file() or model_dir not in SUITE_ROWS:
+        return []
+    rep = json.loads(suite.read_text(encoding="utf-8"))
+    rows = rep["candidates"]
+    names = [n for n in ("flag_all", "length", "context_pmi", *SUITE_ROWS[model_dir]) if n in rows]
+    sets = list(rep["sets"])
+
+    def cell(cand: str, name: str, key: str) -> str:
+        return _f(rows[cand]["sets"].get(name, {}).get("test", {}).get(key))
+
+    cal_path = suite.parents[2] / model_dir / "calibration.json"
+    cal = json.loads(cal_path.read_text(encoding="utf-8")) if cal_path.is_file() else None
+    served = ([f"Served with `score_method: fused` (every answer sentence verified by the NLI model; see docs/inference.md): "
+               f"`calibration.json` maps the raw score to a probability (Platt, a = {cal['a']:.3f}, b = {cal['b']:.3f}, "
+               f"fitted on {cal['fitted_on']['answers']} suite-dev answers of {', '.join(cal['fitted_on']['sets'])}); "
+               f"recommended `thresholds.response: {cal['fitted_on']['recommended_response_threshold']}`.", ""]
+              if cal else [])
+    return [
+        "## On real model outputs (the criterion)",
+        "",
+        "From [`bench/results/real-output-suite.md`](../../bench/results/real-output-suite.md) (`make eval`): answers "
+        "written by real models and labelled by people, suite-test parts; thresholds chosen on the RAG sets' suite-dev "
+        "parts. The dev tables further down are LLM-written and synthetic sets, which did not transfer.",
+        "",
+        *served,
+        _table([[n, *[cell(n, s, "auroc") for s in sets]] for n in names], ["AUROC", *sets]),
+        "",
+        _table([[n, _f(rows[n]["threshold"]), *[f"{cell(n, s, 'f1')} / {cell(n, s, 'faithful_flagged')}" for s in sets]]
+                for n in names], ["example F1 / faithful flagged", "threshold", *sets]),
+        "",
+    ]
+
+
 def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
     cfg, tr, mach, dev = m["config"], m["train"], m["machine"], m["dev"]
     mx, mn = dev["aggregations"]["max"], dev["aggregations"]["min"]
@@ -190,6 +233,7 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "with the whole answer; the runtime takes the min over context windows per token (a token is supported "
         "when any window supports it: `aggregate_windows`); cards trained before that rule also list the max.",
         "",
+        *_real_output(model_dir),
         f"- Base model: {BASE}" + (f"; only its lowest **{cfg['num_layers']} layers** are kept" if cfg.get("num_layers") else ""),
         *([f"- **Optional, not the default**: a deeper encoder than the default detector's, so a larger window cost "
            f"(see the latency line; over the 25 ms target for a 512-token window that the default meets). Select it with "
