@@ -147,18 +147,21 @@ def _detector_tokens(model_dir: str) -> Callable[[list[dict], argparse.Namespace
 
 
 def _verifier(model_dir: str) -> Callable[[list[dict], argparse.Namespace], list[dict]]:
-    """NLI per answer sentence against every context window: P(entailment), max over windows."""
+    """NLI per answer sentence against its best-matching context windows: P(entailment), max over windows."""
 
     def run(recs: list[dict], args: argparse.Namespace) -> list[dict]:
         from extproc.inference.models import Explainer, OnnxModel
         from extproc.inference.runtime import RuntimeOptions
 
+        from extproc.config import default_config
+
         nli = Explainer(OnnxModel(ROOT / model_dir, "explainer", RuntimeOptions("cpu", args.threads)))
+        max_windows = default_config().truthlens.explainer.max_windows  # as the gateway verifies
         out = []
         for i, r in enumerate(recs):
             bounds = answer_sentences(r["answer"])
             sentences = [r["answer"][s:e] for s, e in bounds]
-            results = nli.predict_batch(context_of(r), sentences) if sentences else []
+            results = nli.predict_batch(context_of(r), sentences, max_windows) if sentences else []
             out.append({"sentences": [[s, e, round(v.entailment, 5), v.label] for (s, e), v in zip(bounds, results)]})
             _tick(i, len(recs))
         return out

@@ -143,6 +143,7 @@ class ThresholdsConfig:
 class ExplainerConfig:
     enabled: bool = True
     drop_entailed: bool = True
+    max_windows: int = _bounded(8, 0)  # per sentence: the context windows sharing most tokens with it; 0 = all
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,7 @@ class EngineSettings:
     response_threshold: float = 0.51  # fused: a sentence whose (calibrated) doubt reaches it carries spans
     explainer_enabled: bool = True
     drop_entailed: bool = True
+    explainer_max_windows: int = 8  # per sentence/hypothesis: the best-matching context windows (0 = all)
     max_batch_tokens: int = 4096
     max_wait_ms: float = 2.0
     max_queue: int = 256
@@ -95,7 +96,7 @@ class EngineSettings:
             sentinel_threshold=t.sentinel, token_threshold=t.token, nli_entailment_threshold=t.nli_entailment,
             min_span_tokens=t.min_span_tokens, min_span_chars=t.min_span_chars,
             min_span_confidence=t.min_span_confidence, score_method=tl.score_method, response_threshold=t.response,
-            explainer_enabled=e.enabled, drop_entailed=e.drop_entailed,
+            explainer_enabled=e.enabled, drop_entailed=e.drop_entailed, explainer_max_windows=e.max_windows,
             max_batch_tokens=b.max_batch_tokens, max_wait_ms=b.max_wait_ms, max_queue=b.max_queue,
             sentinel_include_system_prompt=tl.sentinel_include_system_prompt,
             sentinel_prefilter=m.sentinel_prefilter,
@@ -251,7 +252,7 @@ class OnnxEngine:
         assert self.explainer is not None
         if not sentences:
             return []
-        prepared = await self._prepare(self.explainer.prepare, context, sentences)
+        prepared = await self._prepare(self.explainer.prepare, context, sentences, self.settings.explainer_max_windows)
         probs = await self._batchers["explainer"].submit([r for p in prepared for r in p.rows])
         return self.explainer.finish(prepared, probs)
 
@@ -261,7 +262,7 @@ class OnnxEngine:
         bounds = sentence_bounds(answer)
         sentences = [sentence_for(answer, bounds, sp.start, sp.end) for sp in raw]
         unique = list(dict.fromkeys(sentences))
-        prepared = await self._prepare(self.explainer.prepare, context, unique)
+        prepared = await self._prepare(self.explainer.prepare, context, unique, self.settings.explainer_max_windows)
         probs = await self._batchers["explainer"].submit([r for p in prepared for r in p.rows])
         by_sentence = dict(zip(unique, self.explainer.finish(prepared, probs)))
         return [by_sentence[s] for s in sentences]

@@ -196,10 +196,11 @@ class Explainer:
         m = model.manifest
         self._idx = {k: m.label_index(k) for k in ("entailment", "neutral", "contradiction")}
 
-    def prepare(self, context: Sequence[str], hypotheses: Sequence[str]) -> list[PairInput]:
+    def prepare(self, context: Sequence[str], hypotheses: Sequence[str], max_windows: int = 0) -> list[PairInput]:
         m = self.model.manifest
         premise = "\n\n".join(p for p in context if p)
-        return nli_inputs(self.model.tokenizer, self.model.layout, premise, hypotheses, m.max_length, m.context_overlap)
+        return nli_inputs(self.model.tokenizer, self.model.layout, premise, hypotheses, m.max_length, m.context_overlap,
+                          max_windows)
 
     def finish_one(self, probs: Sequence[np.ndarray]) -> NliResult:
         p = np.stack(probs)
@@ -219,8 +220,8 @@ class Explainer:
             i += len(pi.rows)
         return out
 
-    def predict_batch(self, context: Sequence[str], hypotheses: Sequence[str]) -> list[NliResult]:
-        prepared = self.prepare(context, hypotheses)
+    def predict_batch(self, context: Sequence[str], hypotheses: Sequence[str], max_windows: int = 0) -> list[NliResult]:
+        prepared = self.prepare(context, hypotheses, max_windows)
         return self.finish(prepared, self.model.infer([r for p in prepared for r in p.rows]))
 
 

@@ -246,13 +246,23 @@ def nli_inputs(
     hypotheses: Sequence[str],
     max_length: int,
     overlap: int,
+    max_windows: int = 0,
 ) -> list[PairInput]:
-    """Rows for (premise, hypothesis) pairs: the premise is windowed, the hypothesis kept whole."""
+    """Rows for (premise, hypothesis) pairs: the premise is windowed, the hypothesis kept whole.
+
+    `max_windows` > 0 keeps, per hypothesis, only the premise windows sharing the most token ids
+    with it (ties: the earlier window), so verifying a sentence against a context of thousands of
+    tokens costs a bounded number of rows instead of one per window.
+    """
     encs = tokenizer.encode_batch([premise, *hypotheses], add_special_tokens=False)
     premise_ids = encs[0].ids
     out = []
     for enc in encs[1:]:
         rows = window_pair(layout, (), premise_ids, (), enc.ids, max_length, overlap, chunk_second=False)
+        if 0 < max_windows < len(rows):
+            words = set(enc.ids)
+            ranked = sorted(range(len(rows)), key=lambda i: (-len(words.intersection(rows[i].input_ids[: rows[i].second_start])), i))
+            rows = [rows[i] for i in sorted(ranked[:max_windows])]
         out.append(PairInput(tuple(rows), tuple(enc.offsets), len(enc.ids)))
     return out
 

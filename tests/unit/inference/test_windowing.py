@@ -182,3 +182,21 @@ def test_context_windows_of_one_answer_chunk_take_the_min():
     p0 = np.array([0, 0, 0.2, 0.9, 0.7, 0], np.float32)
     p1 = np.array([0, 0, 0.5, 0.3, 0.8, 0], np.float32)
     assert aggregate_windows(PairInput(rows, (), 3), [p0, p1]).tolist() == pytest.approx([0.2, 0.3, 0.7])
+
+
+def test_nli_keeps_the_windows_sharing_most_tokens_with_the_hypothesis(bert_tok):
+    from extproc.inference.windowing import nli_inputs
+
+    layout = probe_layout(bert_tok)
+    filler = " ".join(["river bank water"] * 200)
+    premise = f"{filler} The observatory was founded in 1675 by royal warrant. {filler}"
+    hypothesis = "The observatory was founded in 1675."
+    (every,) = nli_inputs(bert_tok, layout, premise, [hypothesis], max_length=64, overlap=8)
+    (best,) = nli_inputs(bert_tok, layout, premise, [hypothesis], max_length=64, overlap=8, max_windows=2)
+    assert len(every.rows) > 10 and len(best.rows) == 2
+    words = set(bert_tok.encode(hypothesis, add_special_tokens=False).ids)
+    shared = [len(words.intersection(r.input_ids[: r.second_start])) for r in every.rows]
+    assert max(shared) > sorted(shared)[-3]  # one window holds the evidence sentence
+    assert max(len(words.intersection(r.input_ids[: r.second_start])) for r in best.rows) == max(shared)  # kept
+    order = [every.rows.index(r) for r in best.rows]
+    assert order == sorted(order)  # kept in premise order
