@@ -38,6 +38,7 @@ DATA = ROOT.parent / "shared" / "data" / "hallucination"
 SETS: dict[str, tuple[str, str | None, str]] = {
     "faithbench": ("faithbench", None, "LLM summaries, annotator spans"),
     "xsum": ("xsum", None, "XSum system summaries, annotator spans"),
+    # FRANK's XSum half repeats the xsum set's summaries (part of them in xsum's training split): left out
     "frank_cnndm": ("frank", "frank-cnndm", "FRANK CNN/DM system summaries, summary level"),
     "qags": ("qags", None, "QAGS system summaries, majority-unfaithful sentences"),
     "summedits": ("summedits", None, "SummEdits edited summaries, edit spans"),
@@ -48,7 +49,6 @@ SETS: dict[str, tuple[str, str | None, str]] = {
 }
 REPORT_ONLY = {"faithdial"}
 RAG_SETS = ("expertqa", "attributionbench", "real_rag")
-# FRANK's XSum half repeats the xsum set's summaries (and part of it is in xsum's training split).
 
 
 # ---------------------------------------------------------------- data
@@ -98,8 +98,8 @@ def context_of(rec: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------- candidates
-# A candidate maps records to one JSON-able dict each: {"score": float, "segments": [[s, e, v], ...] | None}.
-# Segments are the units a span is made of (tokens, sentences) with their own score.
+# A producer maps records to one JSON-able dict each (cached per set); a candidate (CANDIDATES) builds one
+# `Scored` per record from its producers' dicts: a score and segments (tokens, sentences) with their own score.
 
 
 def _flag_all(recs: list[dict], args: argparse.Namespace) -> list[dict]:
