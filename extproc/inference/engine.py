@@ -19,11 +19,11 @@ from typing import Any, Sequence
 
 from extproc.inference.api import DetectionResult, ModelInfo, ModelUnavailable, SentinelResult, Span
 from extproc.inference.batcher import Batcher
+from extproc.inference.calibration import CALIBRATION_FILE, Calibration, CalibrationError, check_models
 from extproc.inference.manifest import MODEL_FILE, ManifestError
 from extproc.inference.models import Detector, Explainer, NliResult, OnnxModel, Sentinel, TokenScores
 from extproc.inference.prefilter import PREFILTER_FILE, LexicalPrefilter
 from extproc.inference.runtime import PROVIDERS, RuntimeOptions
-from extproc.inference.calibration import CALIBRATION_FILE, Calibration, CalibrationError, check_models
 from extproc.inference.spans import (
     SCORE_METHODS,
     RawSpan,
@@ -230,9 +230,8 @@ class OnnxEngine:
         spans: list[Span] = []
         dropped = 0
         for (s, e), v, p, d in zip(sentences, verdicts, probs, doubt):
-            inside = [snap_to_words(answer, max(sp.start, s), min(sp.end, e)) for sp in raw if sp.start < e and sp.end > s]
             if d <= 0.0 or p < self.settings.response_threshold:
-                dropped += len(inside)
+                dropped += sum(1 for sp in raw if sp.start < e and sp.end > s)  # detector spans in an unflagged sentence
                 continue
             if v.label == "entailment":  # flagged all the same: report it as not supported, never as entailed
                 v = NliResult("neutral", 1.0 - v.entailment, v.entailment)
@@ -248,7 +247,7 @@ class OnnxEngine:
         return cal(raw) if cal is not None and cal.raw_score == method else raw
 
     async def _verify(self, context: Sequence[str], sentences: Sequence[str]) -> list[NliResult]:
-        """NLI of each sentence against every context window, in one batched run."""
+        """NLI of each sentence against its best-matching context windows, in one batched run."""
         assert self.explainer is not None
         if not sentences:
             return []
