@@ -5,8 +5,9 @@ of the held-out split over three retrieved passages, then labelled span by span 
 models/data/real_rag/GUIDE.md. Only the answers and labels are committed; the passages are joined from
 ../shared by HaluEval QA row (`passage_rows`, in prompt order).
 
-Each line of answers.jsonl: {"id", "model", "row", "passage_rows", "question", "answer",
-"labels": [{"start", "end", "text", "category", "severity"}], "annotator"}.
+Each line of answers.jsonl: {"id", "model", "row", "passage_rows", "answer",
+"labels": [{"start", "end", "text", "category", "severity"}], "annotator"}; the question is row `row`'s,
+joined from ../shared like the passages (shared data is never copied into the project).
 """
 
 from __future__ import annotations
@@ -36,16 +37,16 @@ def real_rag(root: Path, limit: int | None = None, path: Path = ANSWERS) -> Iter
     if limit is not None:
         items = items[:limit]
     wanted = {k for it in items for k in it["passage_rows"]}
-    knowledge: dict[int, str] = {}
+    qa: dict[int, dict[str, Any]] = {}
     with open(root / QA_FILE, encoding="utf-8") as fh:
         for i, line in enumerate(fh):
             if i in wanted:
-                knowledge[i] = json.loads(line)["knowledge"]
+                qa[i] = json.loads(line)
     for it in items:
-        context = [knowledge[k] for k in it["passage_rows"]]
+        context = [qa[k]["knowledge"] for k in it["passage_rows"]]
+        question = qa[it["row"]]["question"]
         spans = [(lab["start"], lab["end"]) for lab in it["labels"]]
-        yield make_record(it["id"], context, it["question"], it["answer"], spans, "rag_qa", "real_rag",
-                          _digest(it["question"]))
+        yield make_record(it["id"], context, question, it["answer"], spans, "rag_qa", "real_rag", _digest(question))
 
 
 SECOND = ANSWERS.with_name("answers_b.jsonl")  # annotator B's labels for a sample, made blind to A's

@@ -10,7 +10,7 @@ from models.data.convert import DEFAULT_DATA, _digest
 from models.data.real_rag import ANSWERS, CATEGORIES, SEVERITIES, QA_FILE, load_answers, real_rag
 from models.data.records import split_of, validate
 
-KEYS = {"id", "model", "row", "passage_rows", "question", "answer", "labels", "annotator"}
+KEYS = {"id", "model", "row", "passage_rows", "answer", "labels", "annotator"}
 
 
 def test_every_line_parses_with_valid_exact_offsets():
@@ -26,7 +26,7 @@ def test_every_line_parses_with_valid_exact_offsets():
         assert it["model"] in ("smollm2", "gemma3")
         assert len(it["passage_rows"]) == 3 and it["row"] in it["passage_rows"]
         assert it["answer"] == it["answer"].strip()
-        assert split_of(_digest(it["question"]), 0.1) == "dev"
+        assert "question" not in it and "context" not in it  # shared data is joined from ../shared, never copied
         prev_end = -1
         for lab in it["labels"]:
             s, e = lab["start"], lab["end"]
@@ -53,7 +53,7 @@ def test_context_join_gives_the_three_passages_with_the_rows_own():
         validate(rec)
         it = items[rec["id"]]
         own = json.loads(rows[it["row"]])
-        assert rec["question"] == own["question"]
+        assert rec["question"] == own["question"] and split_of(_digest(own["question"]), 0.1) == "dev"
         assert isinstance(rec["context"], list) and len(rec["context"]) == 3
         assert own["knowledge"] in rec["context"]
         assert rec["context"] == [json.loads(rows[k])["knowledge"] for k in it["passage_rows"]]
