@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from extproc.evaluation.metrics import CharOverlap, Confusion, auroc
-from extproc.inference.spans import snap_to_words
+from extproc.inference.spans import merge_tokens, snap_to_words
 
 SUITE_SALT = "truthlens-suite"
 
@@ -62,15 +62,9 @@ def spans_at(scored: Scored, answer: str, threshold: float) -> list[tuple[int, i
     snapped to whole words; the whole answer for a candidate without segments (or none that high)."""
     if scored.score < threshold:
         return []
-    out: list[list[int]] = []
-    for s, e, v in scored.segments or ():
-        if v < threshold or e <= s:
-            continue
-        if out and (s <= out[-1][1] or answer[out[-1][1]:s].isspace()):
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    spans = [snap_to_words(answer, s, e) for s, e in out]
+    segments = scored.segments or ()
+    merged = merge_tokens(answer, [(s, e) for s, e, _ in segments], [v for *_, v in segments], threshold)
+    spans = [snap_to_words(answer, sp.start, sp.end) for sp in merged]
     spans = [(s, e) for s, e in spans if e > s]
     return spans or [(0, len(answer))]
 

@@ -50,11 +50,6 @@ class Calibration:
     def __call__(self, raw: float) -> float:
         return float(1.0 / (1.0 + np.exp(-(self.a * _logit(raw) + self.b))))
 
-    def raw_for(self, probability: float) -> float:
-        """The raw score at which the calibrated probability reaches `probability` (for thresholds)."""
-        z = (float(_logit(probability)) - self.b) / self.a
-        return float(1.0 / (1.0 + math.exp(-z)))
-
     def save(self, directory: str | Path) -> Path:
         path = Path(directory) / CALIBRATION_FILE
         path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")

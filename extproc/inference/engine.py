@@ -261,9 +261,7 @@ class OnnxEngine:
         bounds = sentence_bounds(answer)
         sentences = [sentence_for(answer, bounds, sp.start, sp.end) for sp in raw]
         unique = list(dict.fromkeys(sentences))
-        prepared = await self._prepare(self.explainer.prepare, context, unique, self.settings.explainer_max_windows)
-        probs = await self._batchers["explainer"].submit([r for p in prepared for r in p.rows])
-        by_sentence = dict(zip(unique, self.explainer.finish(prepared, probs)))
+        by_sentence = dict(zip(unique, await self._verify(context, unique)))
         return [by_sentence[s] for s in sentences]
 
     async def close(self) -> None:
