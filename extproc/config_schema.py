@@ -126,13 +126,14 @@ class ModelsConfig:
     sentinel: str | None = "models/sentinel"
     detector: str | None = "models/detector"
     explainer: str | None = "models/explainer"
+    surrogate: str | None = "models/surrogate"  # causal LM for the white-box signals (built by make setup-serve)
 
 
 @dataclass(frozen=True, slots=True)
 class ThresholdsConfig:
     sentinel: float = _unit(0.49)
     token: float = _unit(0.4)
-    response: float = _unit(0.51)
+    response: float = _unit(0.65)
     nli_entailment: float = _unit(0.9)
     min_span_tokens: int = _bounded(1, 1)
     min_span_chars: int = _bounded(2, 0)
@@ -144,6 +145,12 @@ class ExplainerConfig:
     enabled: bool = True
     drop_entailed: bool = True
     max_windows: int = _bounded(8, 0)  # per sentence: the context windows sharing most tokens with it; 0 = all
+
+
+@dataclass(frozen=True, slots=True)
+class SignalsConfig:
+    context_pmi: bool = True  # the surrogate's context PMI joins the fused score (when the calibration has a fit)
+    surrogate_max_tokens: int = _bounded(1024, 64)  # per surrogate pass: prompt + passages (head kept) + answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +209,7 @@ class TruthLensConfig:
     models: ModelsConfig = _sub(ModelsConfig)
     thresholds: ThresholdsConfig = _sub(ThresholdsConfig)
     explainer: ExplainerConfig = _sub(ExplainerConfig)
+    signals: SignalsConfig = _sub(SignalsConfig)
     batching: BatchingConfig = _sub(BatchingConfig)
     modes: ModesConfig = _sub(ModesConfig)
 

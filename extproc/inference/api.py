@@ -51,11 +51,12 @@ class DetectionResult:
     dropped_spans: int = 0  # spans the explainer judged entailed
     latency_ms: float = 0.0
     timings_ms: dict[str, float] = field(default_factory=dict)  # per stage: detector, explainer
+    signals: tuple[str, ...] = ()  # what the score is made of: detector, verifier, context_pmi
 
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
-    role: str  # sentinel | detector | explainer
+    role: str  # sentinel | detector | explainer | surrogate
     name: str
     path: str
     provider: str  # CPUExecutionProvider | CUDAExecutionProvider

@@ -19,11 +19,12 @@ from typing import Any, Sequence
 
 from extproc.inference.api import DetectionResult, ModelInfo, ModelUnavailable, SentinelResult, Span
 from extproc.inference.batcher import Batcher
-from extproc.inference.calibration import CALIBRATION_FILE, Calibration, CalibrationError, check_models
+from extproc.inference.calibration import CALIBRATION_FILE, Calibration, CalibrationError, CalibrationSet, check_models
 from extproc.inference.manifest import MODEL_FILE, ManifestError
 from extproc.inference.models import Detector, Explainer, NliResult, OnnxModel, Sentinel, TokenScores
 from extproc.inference.prefilter import PREFILTER_FILE, LexicalPrefilter
 from extproc.inference.runtime import PROVIDERS, RuntimeOptions
+from extproc.inference.surrogate import SurrogateLM, TokenPmi
 from extproc.inference.spans import (
     SCORE_METHODS,
     RawSpan,
@@ -48,6 +49,7 @@ INLINE_PREP_CHARS = 2048
 SENTINEL_DEFAULT_THREADS = 1
 
 SEVERITY = {"contradiction": 4, "neutral": 2, "entailment": 1}
+CONTEXT_PMI = "context_pmi"  # the surrogate LM's signal: -mean context PMI over the answer tokens (nats)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,9 @@ class EngineSettings:
     sentinel_dir: str | None = None
     detector_dir: str | None = None
     explainer_dir: str | None = None
+    surrogate_dir: str | None = None  # causal LM for the white-box signals (context PMI)
+    context_pmi: bool = True  # use the surrogate's context PMI in the fused score when it is loaded
+    surrogate_max_tokens: int = 1024  # per surrogate pass: prompt + passages + answer
     provider: str = "auto"
     intra_op_threads: int = 0
     inter_op_threads: int = 1
@@ -67,7 +72,7 @@ class EngineSettings:
     min_span_chars: int = 2
     min_span_confidence: float = 0.5
     score_method: str = "fused"
-    response_threshold: float = 0.51  # fused: a sentence whose (calibrated) doubt reaches it carries spans
+    response_threshold: float = 0.65  # fused: a sentence whose (calibrated) doubt reaches it carries spans
     explainer_enabled: bool = True
     drop_entailed: bool = True
     explainer_max_windows: int = 8  # per sentence/hypothesis: the best-matching context windows (0 = all)
@@ -91,7 +96,8 @@ class EngineSettings:
         tl = cfg.truthlens
         m, t, b, e = tl.models, tl.thresholds, tl.batching, tl.explainer
         return cls(
-            sentinel_dir=m.sentinel, detector_dir=m.detector, explainer_dir=m.explainer,
+            sentinel_dir=m.sentinel, detector_dir=m.detector, explainer_dir=m.explainer, surrogate_dir=m.surrogate,
+            context_pmi=tl.signals.context_pmi, surrogate_max_tokens=tl.signals.surrogate_max_tokens,
             provider=m.provider, intra_op_threads=m.intra_op_threads, inter_op_threads=m.inter_op_threads,
             sentinel_threshold=t.sentinel, token_threshold=t.token, nli_entailment_threshold=t.nli_entailment,
             min_span_tokens=t.min_span_tokens, min_span_chars=t.min_span_chars,
@@ -139,14 +145,28 @@ class OnnxEngine:
         }
         self._prep = ThreadPoolExecutor(max_workers=max(1, settings.prep_threads), thread_name_prefix="truthlens-prep")
         self._filter = settings.span_filter
-        self.calibration: Calibration | None = None  # set by build_engine from the detector directory
+        self.calibration: CalibrationSet | None = None  # set by build_engine from the detector directory
+        self.surrogate: SurrogateLM | None = None  # set by build_engine when the surrogate directory loads
+        # one surrogate pass at a time: it is the heaviest model, and queueing keeps the encoders' cores free
+        self._surrogate_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="truthlens-surrogate")
         self.load_errors: dict[str, str] = {}  # role -> why its directory did not load
 
     def models(self) -> Sequence[ModelInfo]:
-        return tuple(ModelInfo(role, m.name, str(m.path), m.provider) for role, m in self._models.items())
+        out = [ModelInfo(role, m.name, str(m.path), m.provider) for role, m in self._models.items()]
+        if self.surrogate is not None:
+            out.append(ModelInfo("surrogate", self.surrogate.name, str(self.surrogate.path), self.surrogate.provider))
+        return tuple(out)
 
     def has(self, role: str) -> bool:
-        return role in self._models
+        return role in self._models or (role == "surrogate" and self.surrogate is not None)
+
+    @property
+    def signals(self) -> frozenset[str]:
+        """The white-box signals this engine adds to the fused score: computed only when a calibration fit uses them."""
+        if self.surrogate is None or not self.settings.context_pmi or self.calibration is None:
+            return frozenset()
+        fit = self.calibration.for_signals(frozenset({CONTEXT_PMI}), "fused")
+        return frozenset(fit.signals) if fit is not None else frozenset()
 
     async def _prepare(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._prep, fn, *args)
@@ -184,13 +204,22 @@ class OnnxEngine:
         if not answer.strip():  # nothing to judge: no tokens, no windows
             return DetectionResult(score=0.0, spans=(), windows=0, latency_ms=_ms(t0))
         context = [c for c in context if c]
-        prepared = await self._prepare(self.detector.prepare, context, question, answer)
-        t_prep = _ms(t0)
-        scores: TokenScores = self.detector.finish(prepared, await self._batchers["detector"].submit(prepared.rows))
-        raw = filter_spans(answer, merge_tokens(answer, scores.offsets, scores.probs.tolist(), self._filter.token_threshold), self._filter)
-        timings = {"tokenize": t_prep, "detector": _ms(t0) - t_prep}
-        if self.settings.score_method == "fused" and context and self.explainer is not None and self.settings.explainer_enabled:
-            return await self._detect_fused(context, answer, scores, raw, t0, timings)
+        fused = (self.settings.score_method == "fused" and bool(context) and self.explainer is not None
+                 and self.settings.explainer_enabled)
+        # the surrogate (the slowest signal) runs beside the detector and the verifier, not after them
+        pmi_task = asyncio.ensure_future(self._context_pmi(context, question, answer)) if fused and self.signals else None
+        try:
+            prepared = await self._prepare(self.detector.prepare, context, question, answer)
+            t_prep = _ms(t0)
+            scores: TokenScores = self.detector.finish(prepared, await self._batchers["detector"].submit(prepared.rows))
+            raw = filter_spans(answer, merge_tokens(answer, scores.offsets, scores.probs.tolist(), self._filter.token_threshold), self._filter)
+            timings = {"tokenize": t_prep, "detector": _ms(t0) - t_prep}
+            if fused:
+                return await self._detect_fused(context, answer, scores, raw, t0, timings, pmi_task)
+        except BaseException:
+            if pmi_task is not None:
+                pmi_task.cancel()
+            raise
         verdicts: list[NliResult | None] = [None] * len(raw)
         if raw and context and self.explainer is not None and self.settings.explainer_enabled:
             t1 = time.perf_counter()
@@ -214,7 +243,7 @@ class OnnxEngine:
 
     async def _detect_fused(
         self, context: Sequence[str], answer: str, scores: TokenScores, raw: Sequence[RawSpan], t0: float,
-        timings: dict[str, float],
+        timings: dict[str, float], pmi_task: "asyncio.Future[TokenPmi | None] | None",
     ) -> DetectionResult:
         """Every answer sentence is verified against the context; a sentence is a span when its
         calibrated doubt (detector x verifier, `sentence_doubt`) reaches thresholds.response (whole
@@ -225,8 +254,17 @@ class OnnxEngine:
         sentences = answer_sentences(answer)
         verdicts = await self._verify(context, [answer[s:e] for s, e in sentences])
         timings["verifier"] = _ms(t1)
+        signals: dict[str, float] = {}
+        if pmi_task is not None:
+            t2 = time.perf_counter()
+            pmi = await pmi_task
+            timings["surrogate_wait"] = _ms(t2)  # what the surrogate added beyond the encoders it ran beside
+            if pmi is not None:
+                signals[CONTEXT_PMI] = -pmi.mean
         doubt = sentence_doubt(scores.offsets, scores.probs.tolist(), sentences, [v.entailment for v in verdicts])
-        probs = [self._calibrated(d, "fused") for d in doubt]
+        cal = self._calibration("fused", frozenset(signals))
+        used = {k: v for k, v in signals.items() if cal is not None and k in cal.signals}
+        probs = [cal(d, used) if cal is not None else d for d in doubt]
         spans: list[Span] = []
         dropped = 0
         for (s, e), v, p, d in zip(sentences, verdicts, probs, doubt):
@@ -239,12 +277,25 @@ class OnnxEngine:
             spans.append(_span(answer, a, b, p, _tokens_in(scores.offsets, a, b), v))
         return DetectionResult(
             score=max(probs, default=0.0), spans=tuple(spans), windows=scores.windows, dropped_spans=dropped,
-            latency_ms=_ms(t0), timings_ms=timings,
+            latency_ms=_ms(t0), timings_ms=timings, signals=("detector", "verifier", *sorted(used)),
         )
 
+    def _calibration(self, method: str, available: frozenset[str] = frozenset()) -> Calibration | None:
+        return self.calibration.for_signals(available, method) if self.calibration is not None else None
+
     def _calibrated(self, raw: float, method: str) -> float:
-        cal = self.calibration
-        return cal(raw) if cal is not None and cal.raw_score == method else raw
+        cal = self._calibration(method)
+        return cal(raw) if cal is not None else raw
+
+    async def _context_pmi(self, context: Sequence[str], question: str | None, answer: str) -> TokenPmi | None:
+        """The surrogate's context PMI, or None when it fails: the score then uses the fit without it."""
+        assert self.surrogate is not None
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._surrogate_pool, self.surrogate.context_pmi, context, question, answer)
+        except Exception as exc:  # noqa: BLE001 - a failed signal must not fail the check
+            log.warning("surrogate: context PMI failed (%s); scoring without it", exc)
+            return None
 
     async def _verify(self, context: Sequence[str], sentences: Sequence[str]) -> list[NliResult]:
         """NLI of each sentence against its best-matching context windows, in one batched run."""
@@ -269,6 +320,7 @@ class OnnxEngine:
         for batcher in self._batchers.values():
             await loop.run_in_executor(None, batcher.close)
         self._prep.shutdown(wait=False, cancel_futures=True)
+        self._surrogate_pool.shutdown(wait=False, cancel_futures=True)
 
 
 def build_engine(settings: EngineSettings) -> OnnxEngine:
@@ -309,10 +361,15 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
             continue
         log.info("%s: loaded %s from %s on %s", role, models[role].name, directory, models[role].provider)
     engine = OnnxEngine(settings, models)
+    if settings.surrogate_dir is not None and settings.context_pmi:
+        engine.surrogate = _load_surrogate(settings, options, errors)
     if "detector" in models:
-        engine.calibration = _load_calibration(models, settings, errors)
+        engine.calibration = _load_calibration(models, engine.surrogate, settings, errors)
     if "sentinel" in models and settings.sentinel_prefilter:
         engine.prefilter = _load_prefilter(models["sentinel"].path, settings.strict, errors)
+    if engine.surrogate is not None and not engine.signals:
+        log.warning("surrogate: loaded, but the detector directory's calibration.json has no fused fit with %s: "
+                    "the signal is not computed", CONTEXT_PMI)
     engine.load_errors = errors
     return engine
 
@@ -335,22 +392,49 @@ def _load_prefilter(directory: Path, strict: bool, errors: dict[str, str]) -> Le
     return pre
 
 
-def _load_calibration(models: dict[str, OnnxModel], settings: EngineSettings, errors: dict[str, str]) -> Calibration | None:
-    """The detector directory's calibration.json, when it has one fitted for these very models."""
+def _load_surrogate(settings: EngineSettings, options: RuntimeOptions, errors: dict[str, str]) -> SurrogateLM | None:
+    """The surrogate LM; missing or broken, the fused score uses the fits without its signals."""
+    assert settings.surrogate_dir is not None
+    directory = Path(settings.surrogate_dir).expanduser()
+    if not directory.exists():
+        log.warning("surrogate: model directory %s does not exist (make setup-serve builds it); "
+                    "scores use no white-box signals", directory)
+        return None
+    try:
+        lm = SurrogateLM(directory, options, settings.surrogate_max_tokens)
+    except (OSError, ValueError) as exc:
+        message = f"truthlens.models.surrogate: {exc}"
+        if settings.strict:
+            raise ManifestError(message) from exc
+        log.error("%s; scores use no white-box signals", message)
+        errors["surrogate"] = message
+        return None
+    log.info("surrogate: loaded %s from %s on %s", lm.name, directory, lm.provider)
+    return lm
+
+
+def _load_calibration(models: dict[str, OnnxModel], surrogate: SurrogateLM | None, settings: EngineSettings,
+                      errors: dict[str, str]) -> CalibrationSet | None:
+    """The detector directory's calibration.json, when its fits were made for these very models.
+    Fits that need the surrogate are left out when it is not loaded (the others still serve)."""
     path = models["detector"].path / CALIBRATION_FILE
     if not path.is_file():
         return None
     where = f"truthlens.models.detector: {path}"
+    files = {role: m.path / MODEL_FILE for role, m in models.items()}
+    digests = {"surrogate": str(surrogate.manifest.provenance.get("gguf_sha256"))} if surrogate is not None else {}
     try:
-        cal = Calibration.load(path)
-        check_models(cal, {role: m.path / MODEL_FILE for role, m in models.items()}, where)
+        fits = CalibrationSet.load(path).fits
+        kept = tuple(c for c in fits if surrogate is not None or "surrogate" not in c.models)
+        for cal in kept:
+            check_models(cal, files, where, digests)
     except CalibrationError as exc:
         if settings.strict:
             raise ManifestError(str(exc)) from exc
         log.error("%s; scores are reported uncalibrated", exc)
         errors["calibration"] = str(exc)
         return None
-    if cal.raw_score != settings.score_method:
-        log.warning("%s calibrates score_method %r, the config uses %r: scores are reported uncalibrated",
-                    where, cal.raw_score, settings.score_method)
-    return cal
+    if not any(c.raw_score == settings.score_method for c in kept):
+        log.warning("%s calibrates score_method %s, the config uses %r: scores are reported uncalibrated",
+                    where, sorted({c.raw_score for c in fits}), settings.score_method)
+    return CalibrationSet(kept) if kept else None

@@ -87,6 +87,8 @@ def response_headers(verdict: Verdict) -> Headers:
             ("x-truthlens-span-count", str(len(verdict.spans))),
             ("x-truthlens-spans", spans_header_value(verdict.spans)),
         ]
+        if verdict.signals:
+            out.append(("x-truthlens-signals", ",".join(verdict.signals)))
     out += [
         ("x-truthlens-iterations", str(verdict.iterations)),
         (LATENCY_HEADER, latency_header_value(verdict.latency_ms)),
@@ -150,6 +152,7 @@ def block_response(
             "score": round(score, 4),
             "threshold": decision.threshold,
             "iterations": verdict.iterations,
+            "signals": list(verdict.signals),
             "span_count": len(verdict.spans),
             "spans": [
                 {

@@ -55,6 +55,7 @@ class Verdict:              # because one is built per request and frozen constr
     spans: tuple[Span, ...] = ()
     iterations: int = 0  # detector passes (standard mode refines and re-checks)
     latency_ms: float = 0.0  # time TruthLens added to this request
+    signals: tuple[str, ...] = ()  # what the score is made of (checked only): detector, verifier, context_pmi
 
     @property
     def enabled(self) -> bool:
@@ -105,6 +106,7 @@ class Verdict:              # because one is built per request and frozen constr
             spans=tuple(result.spans),
             iterations=iterations,
             latency_ms=result.latency_ms if latency_ms is None else latency_ms,
+            signals=tuple(result.signals),
         )
 
 

