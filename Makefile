@@ -81,7 +81,7 @@ models: setup-dev
 	# the served score's calibration, on the real-output suite's RAG dev parts (fresh scores for the new models);
 	# it prints the calibrated operating point: thresholds.response's default must follow (a test checks it)
 	rm -rf data-cache/suite/scores
-	$(PY) bench/real_output_suite.py --candidates detector+verifier --fit-calibration detector+verifier \
+	$(PY) bench/real_output_suite.py --candidates detector+verifier+pmi --fit-calibration detector+verifier+pmi \
 		--out data-cache/suite/calibration
 	$(PY) bench/real_output_suite.py --candidates detector_deep+verifier --fit-calibration detector_deep+verifier \
 		--out data-cache/suite/calibration-deep

@@ -123,6 +123,22 @@ def _pmi(recs: list[dict], args: argparse.Namespace) -> list[dict]:
     return out
 
 
+def _surrogate_hidden(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+    """LatentAudit features: per exported layer, mean hidden state over the answer minus over the passages."""
+    from extproc.inference.latent_audit import audit_features
+    from extproc.inference.runtime import RuntimeOptions
+    from extproc.inference.surrogate import SurrogateLM
+
+    lm = SurrogateLM(ROOT / "models/surrogate", RuntimeOptions("cpu", args.threads))
+    out = []
+    for i, r in enumerate(recs):
+        reading = lm.read(context_of(r), r.get("question"), r["answer"], hidden=True)
+        feats = audit_features(reading.hidden) if reading.hidden is not None else None
+        out.append({"features": None if feats is None else [round(float(v), 4) for v in feats]})
+        _tick(i, len(recs))
+    return out
+
+
 def _detector_tokens(model_dir: str) -> Callable[[list[dict], argparse.Namespace], list[dict]]:
     """Token probabilities under both window rules from one forward pass per window."""
 
@@ -206,6 +222,7 @@ PRODUCERS: dict[str, Callable[[list[dict], argparse.Namespace], list[dict]]] = {
     "length": _length,
     "flag_all": _flag_all,
     "pmi": _pmi,
+    "surrogate_hidden": _surrogate_hidden,
     "detector_tokens": _detector_tokens("models/detector"),
     "detector_deep_tokens": _detector_tokens("models/detector-deep"),
     "verifier_nli": _verifier("models/explainer"),

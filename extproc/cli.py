@@ -18,7 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dev": ("extproc.commands.dev", "start demo upstream + sidecar + Envoy on loopback (what `make run` does)"),
     "detect": ("extproc.commands.detect", "score one example and print spans, scores and NLI labels as JSON"),
     "eval": ("extproc.commands.eval", "evaluate the detector on a JSONL file and write metrics"),
-    "export": ("extproc.commands.export", "export a Hugging Face checkpoint to a TruthLens model directory"),
+    "export": ("extproc.commands.export", "export a Hugging Face checkpoint (or a GGUF causal LM) to a TruthLens model directory"),
+    "calibrate": ("extproc.commands.calibrate", "fit the LatentAudit signal (surrogate hidden states) on labelled answers"),
 }
 
 

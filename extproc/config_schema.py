@@ -151,6 +151,7 @@ class ExplainerConfig:
 class SignalsConfig:
     context_pmi: bool = True  # the surrogate's context PMI joins the fused score (when the calibration has a fit)
     surrogate_max_tokens: int = _bounded(1024, 64)  # per surrogate pass: prompt + passages (head kept) + answer
+    latent_audit: str | None = None  # `truthlens calibrate` file: the LatentAudit signal (needs a calibration fit)
 
 
 @dataclass(frozen=True, slots=True)

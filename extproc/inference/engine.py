@@ -24,7 +24,8 @@ from extproc.inference.manifest import MODEL_FILE, ManifestError
 from extproc.inference.models import Detector, Explainer, NliResult, OnnxModel, Sentinel, TokenScores
 from extproc.inference.prefilter import PREFILTER_FILE, LexicalPrefilter
 from extproc.inference.runtime import PROVIDERS, RuntimeOptions
-from extproc.inference.surrogate import SurrogateLM, TokenPmi
+from extproc.inference.latent_audit import AuditError, LatentAudit, audit_features
+from extproc.inference.surrogate import SurrogateLM, SurrogateReading
 from extproc.inference.spans import (
     SCORE_METHODS,
     RawSpan,
@@ -50,6 +51,7 @@ SENTINEL_DEFAULT_THREADS = 1
 
 SEVERITY = {"contradiction": 4, "neutral": 2, "entailment": 1}
 CONTEXT_PMI = "context_pmi"  # the surrogate LM's signal: -mean context PMI over the answer tokens (nats)
+LATENT_AUDIT = "latent_audit"  # Mahalanobis distance of the answer's hidden states to faithful answers'
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class EngineSettings:
     surrogate_dir: str | None = None  # causal LM for the white-box signals (context PMI)
     context_pmi: bool = True  # use the surrogate's context PMI in the fused score when it is loaded
     surrogate_max_tokens: int = 1024  # per surrogate pass: prompt + passages + answer
+    latent_audit_file: str | None = None  # `truthlens calibrate` output: adds the LatentAudit signal
     provider: str = "auto"
     intra_op_threads: int = 0
     inter_op_threads: int = 1
@@ -98,6 +101,7 @@ class EngineSettings:
         return cls(
             sentinel_dir=m.sentinel, detector_dir=m.detector, explainer_dir=m.explainer, surrogate_dir=m.surrogate,
             context_pmi=tl.signals.context_pmi, surrogate_max_tokens=tl.signals.surrogate_max_tokens,
+            latent_audit_file=tl.signals.latent_audit,
             provider=m.provider, intra_op_threads=m.intra_op_threads, inter_op_threads=m.inter_op_threads,
             sentinel_threshold=t.sentinel, token_threshold=t.token, nli_entailment_threshold=t.nli_entailment,
             min_span_tokens=t.min_span_tokens, min_span_chars=t.min_span_chars,
@@ -147,6 +151,7 @@ class OnnxEngine:
         self._filter = settings.span_filter
         self.calibration: CalibrationSet | None = None  # set by build_engine from the detector directory
         self.surrogate: SurrogateLM | None = None  # set by build_engine when the surrogate directory loads
+        self.latent_audit: LatentAudit | None = None  # set by build_engine from signals.latent_audit
         # one surrogate pass at a time: it is the heaviest model, and queueing keeps the encoders' cores free
         self._surrogate_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="truthlens-surrogate")
         self.load_errors: dict[str, str] = {}  # role -> why its directory did not load
@@ -163,9 +168,12 @@ class OnnxEngine:
     @property
     def signals(self) -> frozenset[str]:
         """The white-box signals this engine adds to the fused score: computed only when a calibration fit uses them."""
-        if self.surrogate is None or not self.settings.context_pmi or self.calibration is None:
+        if self.surrogate is None or self.calibration is None:
             return frozenset()
-        fit = self.calibration.for_signals(frozenset({CONTEXT_PMI}), "fused")
+        have = {CONTEXT_PMI} if self.settings.context_pmi else set()
+        if self.latent_audit is not None:
+            have.add(LATENT_AUDIT)
+        fit = self.calibration.for_signals(frozenset(have), "fused")
         return frozenset(fit.signals) if fit is not None else frozenset()
 
     async def _prepare(self, fn: Any, *args: Any) -> Any:
@@ -207,7 +215,7 @@ class OnnxEngine:
         fused = (self.settings.score_method == "fused" and bool(context) and self.explainer is not None
                  and self.settings.explainer_enabled)
         # the surrogate (the slowest signal) runs beside the detector and the verifier, not after them
-        pmi_task = asyncio.ensure_future(self._context_pmi(context, question, answer)) if fused and self.signals else None
+        pmi_task = asyncio.ensure_future(self._surrogate_signals(context, question, answer)) if fused and self.signals else None
         try:
             prepared = await self._prepare(self.detector.prepare, context, question, answer)
             t_prep = _ms(t0)
@@ -243,7 +251,7 @@ class OnnxEngine:
 
     async def _detect_fused(
         self, context: Sequence[str], answer: str, scores: TokenScores, raw: Sequence[RawSpan], t0: float,
-        timings: dict[str, float], pmi_task: "asyncio.Future[TokenPmi | None] | None",
+        timings: dict[str, float], pmi_task: "asyncio.Future[dict[str, float]] | None",
     ) -> DetectionResult:
         """Every answer sentence is verified against the context; a sentence is a span when its
         calibrated doubt (detector x verifier, `sentence_doubt`) reaches thresholds.response (whole
@@ -257,10 +265,8 @@ class OnnxEngine:
         signals: dict[str, float] = {}
         if pmi_task is not None:
             t2 = time.perf_counter()
-            pmi = await pmi_task
+            signals = await pmi_task
             timings["surrogate_wait"] = _ms(t2)  # what the surrogate added beyond the encoders it ran beside
-            if pmi is not None:
-                signals[CONTEXT_PMI] = -pmi.mean
         doubt = sentence_doubt(scores.offsets, scores.probs.tolist(), sentences, [v.entailment for v in verdicts])
         cal = self._calibration("fused", frozenset(signals))
         used = {k: v for k, v in signals.items() if cal is not None and k in cal.signals}
@@ -287,15 +293,20 @@ class OnnxEngine:
         cal = self._calibration(method)
         return cal(raw) if cal is not None else raw
 
-    async def _context_pmi(self, context: Sequence[str], question: str | None, answer: str) -> TokenPmi | None:
-        """The surrogate's context PMI, or None when it fails: the score then uses the fit without it."""
+    async def _surrogate_signals(self, context: Sequence[str], question: str | None, answer: str) -> dict[str, float]:
+        """The surrogate's signals for this answer; {} when it fails: the score then uses the fit without them."""
         assert self.surrogate is not None
+        wanted = self.signals
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._surrogate_pool, self.surrogate.context_pmi, context, question, answer)
+            reading: SurrogateReading = await asyncio.get_running_loop().run_in_executor(
+                self._surrogate_pool, self.surrogate.read, context, question, answer, LATENT_AUDIT in wanted)
         except Exception as exc:  # noqa: BLE001 - a failed signal must not fail the check
-            log.warning("surrogate: context PMI failed (%s); scoring without it", exc)
-            return None
+            log.warning("surrogate: reading the answer failed (%s); scoring without its signals", exc)
+            return {}
+        out = {CONTEXT_PMI: -reading.pmi.mean} if CONTEXT_PMI in wanted else {}
+        if self.latent_audit is not None and LATENT_AUDIT in wanted and reading.hidden is not None:
+            out[LATENT_AUDIT] = self.latent_audit.distance(audit_features(reading.hidden))
+        return out
 
     async def _verify(self, context: Sequence[str], sentences: Sequence[str]) -> list[NliResult]:
         """NLI of each sentence against its best-matching context windows, in one batched run."""
@@ -361,15 +372,17 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
             continue
         log.info("%s: loaded %s from %s on %s", role, models[role].name, directory, models[role].provider)
     engine = OnnxEngine(settings, models)
-    if settings.surrogate_dir is not None and settings.context_pmi:
+    if settings.surrogate_dir is not None and (settings.context_pmi or settings.latent_audit_file):
         engine.surrogate = _load_surrogate(settings, options, errors)
+    if engine.surrogate is not None and settings.latent_audit_file:
+        engine.latent_audit = _load_latent_audit(settings, engine.surrogate, errors)
     if "detector" in models:
         engine.calibration = _load_calibration(models, engine.surrogate, settings, errors)
     if "sentinel" in models and settings.sentinel_prefilter:
         engine.prefilter = _load_prefilter(models["sentinel"].path, settings.strict, errors)
     if engine.surrogate is not None and not engine.signals:
-        log.warning("surrogate: loaded, but the detector directory's calibration.json has no fused fit with %s: "
-                    "the signal is not computed", CONTEXT_PMI)
+        log.warning("surrogate: loaded, but the detector directory's calibration.json has no fused fit with its "
+                    "signals: none is computed")
     engine.load_errors = errors
     return engine
 
@@ -411,6 +424,26 @@ def _load_surrogate(settings: EngineSettings, options: RuntimeOptions, errors: d
         return None
     log.info("surrogate: loaded %s from %s on %s", lm.name, directory, lm.provider)
     return lm
+
+
+def _load_latent_audit(settings: EngineSettings, surrogate: SurrogateLM, errors: dict[str, str]) -> LatentAudit | None:
+    """signals.latent_audit: refused when it was made for another surrogate or other hidden layers."""
+    assert settings.latent_audit_file is not None
+    try:
+        audit = LatentAudit.load(Path(settings.latent_audit_file).expanduser(),
+                                 model_sha256=str(surrogate.manifest.provenance.get("gguf_sha256")))
+        if audit.layers != surrogate.manifest.hidden_layers:
+            raise AuditError(f"{settings.latent_audit_file}: fitted on hidden layers {list(audit.layers)}, the surrogate "
+                             f"exports {list(surrogate.manifest.hidden_layers)}")
+    except AuditError as exc:
+        message = f"truthlens.signals.latent_audit: {exc}"
+        if settings.strict:
+            raise ManifestError(message) from exc
+        log.error("%s; the signal is off", message)
+        errors["latent_audit"] = message
+        return None
+    log.info("latent_audit: loaded %s (threshold %.3f)", settings.latent_audit_file, audit.threshold)
+    return audit
 
 
 def _load_calibration(models: dict[str, OnnxModel], surrogate: SurrogateLM | None, settings: EngineSettings,

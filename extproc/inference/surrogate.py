@@ -39,6 +39,14 @@ class TokenPmi:
         return sum(self.pmi) / len(self.pmi) if self.pmi else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class SurrogateReading:
+    """What one read of an answer gives: context PMI, and optionally pooled hidden states."""
+
+    pmi: TokenPmi
+    hidden: np.ndarray | None  # [layers, 2, H]: mean over answer tokens, mean over passage tokens (grounded pass)
+
+
 class SurrogateLM:
     """One ONNX causal LM; `context_pmi` costs two forward passes (with and without the passages)."""
 
@@ -62,25 +70,32 @@ class SurrogateLM:
         bos = self.manifest.bos_token_id
         return [bos, *ids] if bos is not None else list(ids)
 
-    def token_logprobs(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """log p(token t | tokens < t) per sequence (first token 0); right-padded into one batch."""
-        if not sequences:
-            return []
+    def _run(self, sequences: Sequence[Sequence[int]], outputs: Sequence[str]) -> list[np.ndarray]:
         width = max(len(s) for s in sequences)
         if width > self.manifest.max_length:
             raise ValueError(f"{width} tokens exceed the surrogate's max_length {self.manifest.max_length}")
         batch = np.zeros((len(sequences), width), dtype=np.int64)  # causal: padding on the right is never seen
         for i, s in enumerate(sequences):
             batch[i, : len(s)] = s
-        (out,) = self.session.run(["token_logprobs"], {"input_ids": batch})
+        return self.session.run(list(outputs), {"input_ids": batch})
+
+    def token_logprobs(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """log p(token t | tokens < t) per sequence (first token 0); right-padded into one batch."""
+        if not sequences:
+            return []
+        (out,) = self._run(sequences, ["token_logprobs"])
         return [out[i, : len(s)] for i, s in enumerate(sequences)]
 
     def context_pmi(self, context: Sequence[str], question: str | None, answer: str) -> TokenPmi:
         """Context PMI per answer token. Passages that do not fit keep their head; the question stays whole."""
+        return self.read(context, question, answer).pmi
+
+    def read(self, context: Sequence[str], question: str | None, answer: str, hidden: bool = False) -> SurrogateReading:
+        """Context PMI, and with `hidden` the grounded pass's hidden states pooled over the answer and the passages."""
         enc = self.tokenizer.encode(answer, add_special_tokens=False)
         answer_ids = list(enc.ids)[: self.max_tokens // 2]
         if not answer_ids:
-            return TokenPmi((), ())
+            return SurrogateReading(TokenPmi((), ()), None)
         offsets = tuple((int(s), int(e)) for s, e in enc.offsets[: len(answer_ids)])
         ask = question.strip() if question and question.strip() else None
         bare = self._prompt_ids(ask or NO_QUESTION_BARE)
@@ -88,10 +103,22 @@ class SurrogateLM:
         passages = "\n\n".join(c for c in context if c)
         p_ids = self.tokenizer.encode(passages, add_special_tokens=False).ids
         if len(p_ids) > max(room, 0):
-            passages = self.tokenizer.decode(p_ids[: max(room, 0)])
-        grounded = self._prompt_ids(f"{passages}\n\n{ask or NO_QUESTION}")
+            p_ids = p_ids[: max(room, 0)]
+            passages = self.tokenizer.decode(p_ids)
+        user = f"{passages}\n\n{ask or NO_QUESTION}"
+        grounded = self._prompt_ids(user)
         # two runs, not one padded batch: the bare prompt is a fraction of the grounded one
-        (with_ctx,) = self.token_logprobs([grounded + answer_ids])
+        names = ["token_logprobs", "hidden_states"] if hidden and self.manifest.hidden_layers else ["token_logprobs"]
+        out = self._run([grounded + answer_ids], names)
         (without,) = self.token_logprobs([bare + answer_ids])
-        diff = with_ctx[len(grounded):] - without[len(bare):]
-        return TokenPmi(offsets, tuple(float(x) for x in diff))
+        diff = out[0][0, len(grounded):] - without[len(bare):]
+        pooled = None
+        if len(out) > 1:
+            # where the passages sit in the grounded prompt: after the chat prefix of the user turn
+            full = self.manifest.chat.prompt(user)
+            start = len(self.tokenizer.encode(full[: full.index(user)], add_special_tokens=False).ids)
+            start = min(start + (self.manifest.bos_token_id is not None), len(grounded) - 1)
+            states = out[1][:, 0]  # [layers, T, H]
+            ev = states[:, start : start + max(len(p_ids), 1)]
+            pooled = np.stack([states[:, len(grounded):].mean(axis=1), ev.mean(axis=1)], axis=1)  # [layers, 2, H]
+        return SurrogateReading(TokenPmi(offsets, tuple(float(x) for x in diff)), pooled)

@@ -61,7 +61,7 @@ async def test_signal_off_or_failing_falls_back_to_the_fit_without_it(surrogate_
         def broken(*_args, **_kw):
             raise RuntimeError("onnxruntime fell over")
 
-        monkeypatch.setattr(on.surrogate, "context_pmi", broken)
+        monkeypatch.setattr(on.surrogate, "read", broken)
         failed = await on.detect([PASSAGE], QUESTION, ANSWER)
     finally:
         await off.close()
