@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from extproc.evaluation.metrics import latency_summary  # noqa: E402
+from extproc.evaluation.metrics import auroc, latency_summary  # noqa: E402
 from extproc.evaluation.suite import Gold, Scored, choose_threshold, fmt, row_metrics, stable_sample, suite_split  # noqa: E402
 from extproc.inference.spans import answer_sentences, sentence_doubt  # noqa: E402
 
@@ -139,6 +139,23 @@ def _surrogate_hidden(recs: list[dict], args: argparse.Namespace) -> list[dict]:
     return out
 
 
+def _lumina(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+    """LUMINA's other two signals: logit-lens emergence, and the MMD between next-token distributions under the
+    real passages and under another answer's (the next record scored: a stand-in for the sidecar's reservoir)."""
+    from extproc.inference.runtime import RuntimeOptions
+    from extproc.inference.surrogate import SurrogateLM
+
+    lm = SurrogateLM(ROOT / "models/surrogate", RuntimeOptions("cpu", args.threads))
+    out = []
+    for i, r in enumerate(recs):
+        other = recs[(i + 1) % len(recs)]
+        reading = lm.read(context_of(r), r.get("question"), r["answer"], lens=True,
+                          other_context=context_of(other) if other is not r else None)
+        out.append({"emergence": reading.emergence, "mmd": reading.mmd})
+        _tick(i, len(recs))
+    return out
+
+
 def _detector_tokens(model_dir: str) -> Callable[[list[dict], argparse.Namespace], list[dict]]:
     """Token probabilities under both window rules from one forward pass per window."""
 
@@ -223,6 +240,7 @@ PRODUCERS: dict[str, Callable[[list[dict], argparse.Namespace], list[dict]]] = {
     "flag_all": _flag_all,
     "pmi": _pmi,
     "surrogate_hidden": _surrogate_hidden,
+    "lumina": _lumina,
     "detector_tokens": _detector_tokens("models/detector"),
     "detector_deep_tokens": _detector_tokens("models/detector-deep"),
     "verifier_nli": _verifier("models/explainer"),
@@ -256,6 +274,17 @@ def _fused_pmi(tok: dict, ver: dict, pmi: dict) -> Scored:
     return Scored(base.score, base.segments, (("context_pmi", float(pmi["score"])),))
 
 
+def _fused_lumina(tok: dict, ver: dict, pmi: dict, lum: dict) -> Scored:
+    """`fused` plus all three LUMINA signals (an empty answer has no emergence or MMD: 0)."""
+    base = _fused_pmi(tok, ver, pmi)
+    return Scored(base.score, base.segments, (*base.signals, ("lens_emergence", float(lum["emergence"] or 0.0)),
+                                              ("context_mmd", float(lum["mmd"] or 0.0))))
+
+
+# bare signals: their direction is chosen on suite-dev (a signal that falls with the label is negated)
+ORIENTED = {"lens_emergence", "context_mmd", "latent_audit"}
+
+
 # candidate -> (producers it needs, builder, fixed threshold or None = chosen on suite-dev); a builder that
 # returns signals makes a stacked candidate: its scores are a logistic fit (suite-dev of STACK_SETS) first
 CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None, str]] = {
@@ -279,6 +308,16 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
                "calibration, thresholds.response)"),
     "detector_deep+verifier": (("detector_deep_tokens", "verifier_nli"), _fused, None,
                                "score_method fused with the optional 4-layer detector-deep"),
+    "lens_emergence": (("lumina",), lambda r: Scored(float(r["emergence"] or 0.0)), None,
+                       "LUMINA logit-lens emergence under SmolLM2 (zero training)"),
+    "context_mmd": (("lumina",), lambda r: Scored(float(r["mmd"] or 0.0)), None,
+                    "LUMINA MMD of next-token distributions, real vs another answer's passages (zero training)"),
+    "latent_audit": (("surrogate_hidden",), lambda r: Scored(0.0), None,
+                     "LatentAudit Mahalanobis distance (fitted on suite-dev, 2-fold cross-fitted there)"),
+    "detector+verifier+lumina": (("detector_tokens", "verifier_nli", "pmi", "lumina"), _fused_lumina, None,
+                                 "fused score stacked with context PMI, lens emergence and context MMD"),
+    "detector+verifier+pmi+audit": (("detector_tokens", "verifier_nli", "pmi", "surrogate_hidden"), _fused_pmi, None,
+                                    "fused score stacked with context PMI and LatentAudit's distance"),
     "detector+verifier+pmi": (("detector_tokens", "verifier_nli", "pmi"), _fused_pmi, None,
                               "fused score stacked with the surrogate's context PMI: logistic fit on the suite-dev "
                               "parts of every set but faithdial (p = sigmoid(a logit(doubt) + w pmi + b) per sentence)"),
@@ -336,11 +375,24 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
         producers, build, fixed, what = CANDIDATES[cand]
         scored: dict[str, dict[str, list[Scored]]] = {"dev": {}, "test": {}}
         gold: dict[str, dict[str, list[Gold]]] = {"dev": {}, "test": {}}
+        feats: dict[str, dict[str, list[Any]]] = {"dev": {}, "test": {}}
         for name, recs in sets.items():
             raws = [cached(p, name, recs, cache, args) for p in producers]
             for i, rec in enumerate(recs):
                 scored[rec["split"]].setdefault(name, []).append(build(*(raw[i] for raw in raws)))
                 gold[rec["split"]].setdefault(name, []).append(gold_of(rec))
+                if "surrogate_hidden" in producers:
+                    feats[rec["split"]].setdefault(name, []).append(raws[producers.index("surrogate_hidden")][i]["features"])
+        if "surrogate_hidden" in producers:
+            scored = with_latent_audit(scored, feats, gold, [n for n in sets if n not in REPORT_ONLY],
+                                       alone=cand == "latent_audit")
+        orientation = None
+        if cand in ORIENTED:  # a bare signal: which direction means "hallucinated" is learnt on suite-dev
+            dev_auc = auroc([s.score for n in scored["dev"] if n not in REPORT_ONLY for s in scored["dev"][n]],
+                            [g.hallucinated for n in gold["dev"] if n not in REPORT_ONLY for g in gold["dev"][n]])
+            orientation = 1.0 if dev_auc is None or dev_auc >= 0.5 else -1.0
+            scored = {split: {n: [Scored(orientation * s.score) for s in part] for n, part in by_set.items()}
+                      for split, by_set in scored.items()}
         stack = None
         if any(s.signals for part in scored["dev"].values() for s in part):
             stack = fit_stack(scored["dev"], gold["dev"], [n for n in sets if n not in REPORT_ONLY])
@@ -354,13 +406,46 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
         if cand == args.fit_calibration:
             args.calibration_result = fit_calibration(cand, scored["dev"], gold["dev"], selection, t, args, stack)
         rows[cand] = {
-            "what": what, "stack": None if stack is None else {"a": stack.a, "b": stack.b, "signals": stack.signals,
+            "what": what + ("" if orientation is None else f" (direction from suite-dev: {'+' if orientation > 0 else '-'})"),
+            "stack": None if stack is None else {"a": stack.a, "b": stack.b, "signals": stack.signals,
                                                               "fitted_on": stack.fitted_on},
             "threshold": t, "threshold_from": "fixed" if fixed is not None else "suite-dev",
             "sets": {name: {split: row_metrics(scored[split][name], gold[split][name], t)
                             for split in ("dev", "test") if name in scored[split]} for name in sets},
         }
     return rows
+
+
+def with_latent_audit(scored: dict[str, dict[str, list[Scored]]], feats: dict[str, dict[str, list[Any]]],
+                      gold: dict[str, dict[str, list[Gold]]], fit_sets: Sequence[str], alone: bool) -> Any:
+    """LatentAudit distances as a signal (or, `alone`, as the score): suite-dev answers get them from a fit on the
+    other half of suite-dev (2-fold cross-fitting, so the stack never sees in-sample distances), suite-test answers
+    from a fit on all of suite-dev (the fit sets' parts)."""
+    import numpy as np
+
+    from extproc.inference.latent_audit import fit_latent_audit
+
+    def fit(rows: list[tuple[Any, bool]]) -> Any:
+        return fit_latent_audit(np.array([f for f, _ in rows]), [y for _, y in rows], model_sha256="suite", layers=())
+
+    dev_rows = [(n, i) for n in fit_sets if n in feats["dev"] for i in range(len(feats["dev"][n]))]
+    fold = {key: k % 2 for k, key in enumerate(dev_rows)}
+    data = {key: (feats["dev"][key[0]][key[1]], gold["dev"][key[0]][key[1]].hallucinated) for key in dev_rows}
+    halves = [fit([data[k] for k in dev_rows if fold[k] != f]) for f in (0, 1)]
+    full = fit(list(data.values()))
+
+    def distance(split: str, name: str, i: int) -> float:
+        audit = halves[fold[(name, i)]] if split == "dev" and (name, i) in fold else full
+        return audit.distance(np.asarray(feats[split][name][i]))
+
+    out: dict[str, dict[str, list[Scored]]] = {}
+    for split, by_set in scored.items():
+        out[split] = {}
+        for name, part in by_set.items():
+            out[split][name] = [Scored(distance(split, name, i)) if alone else
+                                Scored(s.score, s.segments, (*s.signals, ("latent_audit", distance(split, name, i))))
+                                for i, s in enumerate(part)]
+    return out
 
 
 def fit_stack(dev: dict[str, list[Scored]], gold: dict[str, list[Gold]], fit_sets: Sequence[str]) -> Any:

