@@ -292,25 +292,33 @@ def build_graph(shape: LlamaShape, weights: dict[str, np.ndarray], max_length: i
     states[shape.layers] = final  # as transformers reports the last hidden state: after the final norm
     head = weights.get("output.weight")
     head_name = g.init("lm_head", head.T) if head is not None else g.op("Transpose", [embed_name], perm=[1, 0])
-    logits = g.op("MatMul", [final, head_name], hint="logits")
+    # The head (a [H, V] projection per position) only runs from `score_from` on: callers score the answer,
+    # not the passages, and the [T, V] log-probs of a long prompt would dominate memory. Outputs keep the
+    # full length: positions before score_from (and position 0, which has no prediction) read 0.
+    def scored(x: str) -> str:  # [B,T,...] -> [B,T-s,...]
+        return g.op("Slice", [x, "score_from", i64(2 ** 62), i64(1)])
+
+    def pad_front(x: str, extra: str, rank: int) -> str:  # zeros before axis 1
+        pads = g.op("Concat", [i64(0), extra, *[i64(0)] * (2 * rank - 2)], axis=0)
+        return g.op("Pad", [x, pads])
+
+    logits = g.op("MatMul", [scored(final), head_name], hint="logits")
     logp = g.op("LogSoftmax", [logits], axis=-1)
+    after = g.op("Add", ["score_from", i64(1)])
+    nxt = g.op("Slice", [g.op("Unsqueeze", ["input_ids", i64(2)]), after, i64(2 ** 62), i64(1)])  # [B,T-s-1,1]
 
-    # log p(input_ids[t] | input_ids[<t]); position 0 has no prediction and gets 0
-    nxt = g.op("Slice", [g.op("Unsqueeze", ["input_ids", i64(2)]), i64(1), i64(2 ** 62), i64(1)])  # [B,T-1,1]
-    first = g.op("Slice", [g.op("Mul", [g.op("Cast", ["input_ids"], to=TensorProto.FLOAT), f32(0.0)]),
-                           i64(0), i64(1), i64(1)])  # [B,1] zeros
-
-    def next_token(log_probs: str) -> str:  # [B,T,V] -> [B,T]
-        prev = g.op("Slice", [log_probs, i64(0), i64(-1), i64(1)])  # [B,T-1,V]
-        picked = g.op("Squeeze", [g.op("GatherElements", [prev, nxt], axis=2), i64(2)])  # [B,T-1]
-        return g.op("Concat", [first, picked], axis=1)
+    def next_token(log_probs: str) -> str:  # [B,T-s,V] -> [B,T]: log p(input_ids[t] | input_ids[<t])
+        prev = g.op("Slice", [log_probs, i64(0), i64(-1), i64(1)])  # [B,T-s-1,V]
+        picked = g.op("Squeeze", [g.op("GatherElements", [prev, nxt], axis=2), i64(2)])  # [B,T-s-1]
+        return pad_front(picked, after, 2)
 
     F, I = TensorProto.FLOAT, TensorProto.INT64
     outs: list[tuple[str, str, int, list[Any]]] = [
-        ("logits", logits, F, ["batch", "seq", shape.vocab]),
+        ("logits", logits, F, ["batch", "scored_seq", shape.vocab]),  # positions score_from..T-1
         ("token_logprobs", next_token(logp), F, ["batch", "seq"]),
     ]
     top_vals, top_ids = g.op("TopK", [logp, i64(top_k)], axis=-1, outputs=2)
+    top_vals, top_ids = pad_front(top_vals, "score_from", 3), pad_front(top_ids, "score_from", 3)
     outs += [("topk_logprobs", top_vals, F, ["batch", "seq", top_k]), ("topk_ids", top_ids, I, ["batch", "seq", top_k])]
     layers = sorted(set(int(x) for x in hidden_layers))
     if any(x < 0 or x > shape.layers for x in layers):
@@ -320,15 +328,17 @@ def build_graph(shape: LlamaShape, weights: dict[str, np.ndarray], max_length: i
         outs.append(("hidden_states", stacked, F, [len(layers), "batch", "seq", shape.hidden]))
     lens = [x for x in layers if 0 < x < shape.layers]
     if lens:  # the logit lens: each intermediate layer read through the final norm and the head
-        lens_lp = [next_token(g.op("LogSoftmax", [g.op("MatMul", [rms(states[x], weights["output_norm.weight"]),
+        lens_lp = [next_token(g.op("LogSoftmax", [g.op("MatMul", [rms(scored(states[x]), weights["output_norm.weight"]),
                                                                    head_name])], axis=-1)) for x in lens]
         stacked = g.op("Concat", [g.op("Unsqueeze", [lp, i64(0)]) for lp in lens_lp], axis=0)
         outs.append(("lens_logprobs", stacked, F, [len(lens), "batch", "seq"]))
     for name, src, _, _ in outs:
         g.nodes.append(helper.make_node("Identity", [src], [name]))
     graph = helper.make_graph(g.nodes, "causal_lm",
-                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
-                              [helper.make_tensor_value_info(n, t, dims) for n, _, t, dims in outs], g.inits)
+                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+                               helper.make_tensor_value_info("score_from", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info(n, t, dims) for n, _, t, dims in outs],
+                              g.inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="truthlens")
 
 
@@ -412,7 +422,7 @@ def parity_report(gguf_path: str | Path, out_dir: str | Path, tolerance: float =
     ref_ids = hf_tok(prompt, add_special_tokens=False)["input_ids"]
     names = ["logits", "token_logprobs"] + (["hidden_states"] if manifest.hidden_layers else [])
     got = dict(zip(names, ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
-                   .run(names, {"input_ids": np.array([ids], dtype=np.int64)})))
+                   .run(names, {"input_ids": np.array([ids], dtype=np.int64), "score_from": np.array([0], dtype=np.int64)})))
     with torch.no_grad():
         ref = model(torch.tensor([ids]), output_hidden_states=True)
     logits = ref.logits[0].float().numpy()

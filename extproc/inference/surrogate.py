@@ -65,6 +65,7 @@ class SurrogateLM:
         self.session = create_session(path / "model.onnx", options)
         self.provider = self.session.get_providers()[0]
         self._outputs = {o.name for o in self.session.get_outputs()}
+        self._inputs = {i.name for i in self.session.get_inputs()}
         emb = path / TOKEN_EMBEDDINGS
         self.embeddings: np.ndarray | None = np.load(emb, mmap_mode="r") if emb.is_file() else None
         self.max_tokens = min(max_tokens, self.manifest.max_length)  # per pass: prompt + answer
@@ -75,20 +76,24 @@ class SurrogateLM:
         bos = self.manifest.bos_token_id
         return [bos, *ids] if bos is not None else list(ids)
 
-    def _run(self, sequences: Sequence[Sequence[int]], outputs: Sequence[str]) -> list[np.ndarray]:
+    def _run(self, sequences: Sequence[Sequence[int]], outputs: Sequence[str], score_from: int = 0) -> list[np.ndarray]:
+        """One padded batch; next-token outputs are computed from position `score_from` on (0 before it)."""
         width = max(len(s) for s in sequences)
         if width > self.manifest.max_length:
             raise ValueError(f"{width} tokens exceed the surrogate's max_length {self.manifest.max_length}")
         batch = np.zeros((len(sequences), width), dtype=np.int64)  # causal: padding on the right is never seen
         for i, s in enumerate(sequences):
             batch[i, : len(s)] = s
-        return self.session.run(list(outputs), {"input_ids": batch})
+        feed = {"input_ids": batch}
+        if "score_from" in self._inputs:  # graphs exported before the input existed score every position
+            feed["score_from"] = np.array([max(0, min(score_from, width - 1))], dtype=np.int64)
+        return self.session.run(list(outputs), feed)
 
-    def token_logprobs(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """log p(token t | tokens < t) per sequence (first token 0); right-padded into one batch."""
+    def token_logprobs(self, sequences: Sequence[Sequence[int]], score_from: int = 0) -> list[np.ndarray]:
+        """log p(token t | tokens < t) per sequence (0 for t <= score_from); right-padded into one batch."""
         if not sequences:
             return []
-        (out,) = self._run(sequences, ["token_logprobs"])
+        (out,) = self._run(sequences, ["token_logprobs"], score_from)
         return [out[i, : len(s)] for i, s in enumerate(sequences)]
 
     def context_pmi(self, context: Sequence[str], question: str | None, answer: str) -> TokenPmi:
@@ -127,8 +132,8 @@ class SurrogateLM:
         names += ["lens_logprobs"] if lens and "lens_logprobs" in self._outputs else []
         names += ["topk_logprobs", "topk_ids"] if mmd else []
         # separate runs, not one padded batch: the bare prompt is a fraction of the grounded one
-        out = dict(zip(names, self._run([grounded + answer_ids], names)))
-        (without,) = self.token_logprobs([bare + answer_ids])
+        out = dict(zip(names, self._run([grounded + answer_ids], names, len(grounded) - 1)))
+        (without,) = self.token_logprobs([bare + answer_ids], len(bare) - 1)
         final = out["token_logprobs"][0, len(grounded):]
         diff = final - without[len(bare):]
         pooled = None
@@ -148,7 +153,7 @@ class SurrogateLM:
             assert other_context is not None and self.embeddings is not None
             other, _ = self._passages(other_context, room)
             shuffled = self._prompt_ids(f"{other}\n\n{ask or NO_QUESTION}")
-            vals_o, ids_o = self._run([shuffled + answer_ids], ["topk_logprobs", "topk_ids"])
+            vals_o, ids_o = self._run([shuffled + answer_ids], ["topk_logprobs", "topk_ids"], len(shuffled) - 1)
             # the distributions that predict answer tokens: positions prompt-1 .. prompt+n-2
             g0, s0 = len(grounded) - 1, len(shuffled) - 1
             distance = float(np.mean(embedding_mmd(

@@ -79,6 +79,13 @@ def test_one_value_per_answer_token_with_offsets_and_a_long_context_is_cut(lm):
     assert lm.context_pmi([PASSAGE], None, "").pmi == ()
 
 
+def test_scoring_from_a_position_changes_nothing_after_it(lm):
+    ids = lm.tokenizer.encode("The treaty was signed in Ulmsberg in 1642 by the duke.").ids
+    (full,) = lm.token_logprobs([ids])
+    (tail,) = lm.token_logprobs([ids], score_from=5)
+    assert np.all(tail[:6] == 0.0) and np.allclose(tail[6:], full[6:], atol=1e-4)
+
+
 def test_a_batch_is_right_padded_and_each_row_scores_as_alone(lm):
     a = lm.tokenizer.encode("The treaty was signed in 1642.").ids
     b = lm.tokenizer.encode("Short.").ids
@@ -89,7 +96,8 @@ def test_a_batch_is_right_padded_and_each_row_scores_as_alone(lm):
 
 def test_the_graph_outputs_hidden_states_and_top_k(surrogate_dir, lm):
     ids = np.array([lm.tokenizer.encode("Paris is the capital of France.").ids])
-    hidden, vals, top = lm.session.run(["hidden_states", "topk_logprobs", "topk_ids"], {"input_ids": ids})
+    hidden, vals, top = lm.session.run(["hidden_states", "topk_logprobs", "topk_ids"],
+                                       {"input_ids": ids, "score_from": np.array([0])})
     assert hidden.shape == (3, 1, ids.shape[1], 576)
     assert vals.shape == top.shape == (1, ids.shape[1], 8)
     assert np.all(np.diff(vals, axis=-1) <= 0) and np.all(vals <= 0)  # sorted log-probs
