@@ -102,6 +102,7 @@ bench: setup-dev
 	$(PY) bench/sentinel_batching.py --prompts 400
 	$(PY) bench/inference_bench.py --repeats 10
 	$(PY) bench/detector_depth.py --layers 2 3 4 6
+	$(PY) bench/surrogate_bench.py
 
 check-config: setup-serve
 	$(VENV)/bin/truthlens check-config $(CONFIG)

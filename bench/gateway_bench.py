@@ -230,7 +230,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     upstream_url = f"http://127.0.0.1:{upstream_port}"
     command = " ".join(["python", *sys.argv]).replace(str(REPO) + "/", "")
     results: dict[str, Any] = {"machine": machine(), "command": command, "setups": {},
-                               "upstream_delay_ms": args.upstream_delay_ms, "prompt": PROMPT["messages"][0]["content"]}
+                               "upstream_delay_ms": args.upstream_delay_ms, "prompt": PROMPT["messages"][0]["content"],
+                               "context": PROMPT.get("truthlens_context")}
     try:
         if not wait_port(upstream_port, 30):
             raise RuntimeError("demo upstream did not start")
@@ -275,7 +276,8 @@ def report(results: dict[str, Any]) -> str:
         "All setups run side by side and are measured in interleaved rounds, so load from other tenants",
         "of this shared machine hits each setup alike.",
         "",
-        f"Prompt: a non-factual chat request (`{results.get('prompt', PROMPT['messages'][0]['content'])}`), JSON response;",
+        f"Prompt: `{results.get('prompt', PROMPT['messages'][0]['content'])}`"
+        f"{' with a grounding passage (truthlens_context)' if results.get('context') else ''}, JSON response;",
         f"the upstream answers after {results['upstream_delay_ms']:g} ms (a stand-in for LLM generation time).",
         "Added = latency minus bare Envoy's at the same concurrency (what the ext_proc filter costs).",
         "Direct upstream (no Envoy) is shown for reference only.",
@@ -328,6 +330,9 @@ def auto_notes(args: argparse.Namespace) -> list[str]:
     if args.no_models:
         return [*notes, "No models configured: the prompt ends `unverified` (no sentinel), so this is the "
                         "gateway's own cost (parsing, policy, verdict headers, metrics)."]
+    if args.context is not None:
+        notes.append(f"Every request carries a {len(args.context)}-character `truthlens_context`: a factual prompt is "
+                     "checked against it (the upstream's fixed answer).")
     if args.config:
         return [*notes, f"Config: `{args.config}`."]
     from extproc.inference.prefilter import LexicalPrefilter
@@ -339,9 +344,10 @@ def auto_notes(args: argparse.Namespace) -> list[str]:
     else:
         notes.append(f"Bundled models. The sentinel's lexical prefilter decides this prompt (P(factual) {p:.4f}) "
                      "without the encoder, inline in a few microseconds.")
-    notes.append("Verdict `skipped` (non-factual): three messages per request (the response body never goes to the "
-                 "sidecar, which ends the gRPC stream itself after the response headers); the do-nothing "
-                 "processor gets four.")
+    if args.context is None:
+        notes.append("Verdict `skipped` (non-factual): three messages per request (the response body never goes to "
+                     "the sidecar, which ends the gRPC stream itself after the response headers); the do-nothing "
+                     "processor gets four.")
     return notes
 
 
@@ -359,10 +365,15 @@ def main() -> int:
     p.add_argument("--envoy-concurrency", type=int, default=1, help="Envoy worker threads")
     p.add_argument("--prompt", default=PROMPT["messages"][0]["content"],
                    help="the user message every request sends (default: a poem request)")
+    p.add_argument("--context", default=None,
+                   help="grounding passage sent as truthlens_context: factual prompts are then checked (detector, "
+                        "verifier and, per the config, the surrogate's signals) against the upstream's fixed answer")
     p.add_argument("--note", action="append", default=[], help="a line for the report's Notes section")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "gateway.md"))
     args = p.parse_args()
     PROMPT["messages"][0]["content"] = args.prompt
+    if args.context is not None:
+        PROMPT["truthlens_context"] = args.context
     if args.no_models:
         tmp = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
         tmp.write("truthlens:\n  models: {sentinel: null, detector: null, explainer: null}\n")

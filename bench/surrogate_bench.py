@@ -1,4 +1,4 @@
-"""Surrogate LM cost: context PMI (two passes) for a 512-token context + 128-token answer, fp32 vs int8.
+"""Surrogate LM cost per signal for a 512-token context + 128-token answer (p50/p95), fp32 vs int8.
 
     .venv/bin/python bench/surrogate_bench.py            # models/surrogate (built by make setup-dev)
 
@@ -40,12 +40,24 @@ def text_of(lm: SurrogateLM, tokens: int, seed: int) -> str:
     return lm.tokenizer.decode(ids)
 
 
-def measure(lm: SurrogateLM, context_tokens: int, answer_tokens: int, runs: int) -> dict[str, float]:
+# what each signal asks of `SurrogateLM.read` (context_pmi alone: the two passes every signal shares)
+SIGNALS = {
+    "context_pmi": {},
+    "+ lens_emergence": {"lens": True},
+    "+ latent_audit (hidden states)": {"hidden": True},
+    "+ context_mmd (third pass)": {"other": True},
+    "all four": {"lens": True, "hidden": True, "other": True},
+}
+
+
+def measure(lm: SurrogateLM, context_tokens: int, answer_tokens: int, runs: int, lens: bool = False,
+            hidden: bool = False, other: bool = False) -> dict[str, float]:
     times = []
     for i in range(runs + 2):
         ctx, ans = text_of(lm, context_tokens, i), text_of(lm, answer_tokens, 1000 + i)
+        other_ctx = [text_of(lm, context_tokens, 500 + i)] if other else None
         t0 = time.perf_counter()
-        lm.context_pmi([ctx], "What did the committee say?", ans)
+        lm.read([ctx], "What did the committee say?", ans, hidden=hidden, lens=lens, other_context=other_ctx)
         if i >= 2:  # two warm-up runs
             times.append((time.perf_counter() - t0) * 1000)
     return {"p50_ms": float(np.percentile(times, 50)), "p95_ms": float(np.percentile(times, 95)), "runs": runs}
@@ -67,6 +79,7 @@ def main() -> int:
         shapes = [(512, 128), (256, 64), (1024 - 128 - 64, 128)]
         rows = {name: {f"{c}+{a}": measure(lm, c, a, args.runs) for c, a in shapes}
                 for name, lm in (("fp32", fp32), ("int8", int8))}
+        per_signal = {name: measure(fp32, 512, 128, args.runs, **kw) for name, kw in SIGNALS.items()}
         diffs = []
         for i in range(20):
             ctx, ans = text_of(fp32, 512, 50 + i), text_of(fp32, 128, 80 + i)
@@ -80,7 +93,7 @@ def main() -> int:
                     "load_average_1m": round(os.getloadavg()[0], 2), "provider": fp32.provider},
         "date": dt.date.today().isoformat(),
         "model": fp32.name, "fp32_mb": (args.model / "model.onnx").stat().st_size / 1e6, "int8_mb": int8_mb,
-        "latency": rows,
+        "latency": rows, "per_signal_512_128_fp32": per_signal,
         "int8_vs_fp32_mean_pmi_abs_diff": {"mean": float(np.mean(diffs)), "max": float(np.max(diffs)), "answers": 20},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -89,6 +102,10 @@ def main() -> int:
         "# Surrogate LM cost (context PMI: two forward passes per answer)", "",
         f"Command: `{result['command']}`  ", f"Machine: {result['machine']}  ", f"Date: {result['date']}", "",
         f"Model `{result['model']}` (SmolLM2-135M-Instruct): fp32 {result['fp32_mb']:.0f} MB, int8 {int8_mb:.0f} MB.", "",
+        "Per signal (fp32, 512-token context + 128-token answer; each row adds to context PMI's two passes):", "",
+        "| signals | p50 ms | p95 ms |", "| --- | --- | --- |",
+        *[f"| {k} | {v['p50_ms']:.0f} | {v['p95_ms']:.0f} |" for k, v in per_signal.items()], "",
+        "Context PMI alone, fp32 vs int8:", "",
         "| graph | context + answer tokens | p50 ms | p95 ms |", "| --- | --- | --- | --- |",
         *[f"| {g} | {k} | {v['p50_ms']:.0f} | {v['p95_ms']:.0f} |" for g, by in rows.items() for k, v in by.items()], "",
         f"int8 vs fp32, |mean context PMI| difference over 20 answers (512 + 128 tokens): mean "

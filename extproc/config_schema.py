@@ -66,6 +66,7 @@ ScoreMethod = Literal["fused", "noisy_or", "max_span"]
 Operator = Literal["AND", "OR"]
 ConditionType = Literal["keyword", "domain", "header"]
 LogLevel = Literal["debug", "info", "warning", "error"]
+Signal = Literal["context_pmi", "latent_audit", "lens_emergence", "context_mmd"]  # the surrogate's white-box signals
 
 DEFAULT_WARNING_TEMPLATE = (
     "\n\n[TruthLens] Parts of this answer may not be supported by the provided context "
@@ -265,6 +266,8 @@ class TruthLensPluginConfig:
     mode: Mode | None = None
     threshold: float | None = _unit(None)  # overrides thresholds.response
     action: Action | None = None
+    # the white-box signals this route may use (of those on under truthlens.signals); [] = none, no surrogate pass
+    signals: tuple[Signal, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,7 +131,7 @@ class Mitigator:
             if refined is None:
                 break
             answer = refined
-            result = await asyncio.wait_for(self.engine.detect(ctx.grounding, ctx.question, answer),
+            result = await asyncio.wait_for(self.engine.detect(ctx.grounding, ctx.question, answer, ctx.decision.signals),
                                             self.detect_timeout_s)
             passes += 1
             if result.score < ctx.decision.threshold:

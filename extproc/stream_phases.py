@@ -283,7 +283,7 @@ class Phases:
         try:
             with stage("detect", mode=d.mode, choices=len(todo)):
                 results = await asyncio.wait_for(
-                    asyncio.gather(*(engine.detect(ctx.grounding, ctx.question, a) for _, a in todo)),
+                    asyncio.gather(*(engine.detect(ctx.grounding, ctx.question, a, d.signals) for _, a in todo)),
                     self.rt.inference_timeout_s,
                 )
         except asyncio.TimeoutError:

@@ -79,8 +79,10 @@ class Engine(Protocol):
         ...
 
     async def detect(
-        self, context: Sequence[str], question: str | None, answer: str
-    ) -> DetectionResult: ...
+        self, context: Sequence[str], question: str | None, answer: str, signals: frozenset[str] | None = None
+    ) -> DetectionResult:
+        """`signals`: the white-box signals this request may use (None: every one the engine has)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -101,7 +103,7 @@ class NullEngine:
         raise ModelUnavailable("sentinel model not loaded")
 
     async def detect(
-        self, context: Sequence[str], question: str | None, answer: str
+        self, context: Sequence[str], question: str | None, answer: str, signals: frozenset[str] | None = None
     ) -> DetectionResult:
         raise ModelUnavailable("detector model not loaded")
 

@@ -216,7 +216,8 @@ class OnnxEngine:
         p = self.sentinel.finish(await self._batchers["sentinel"].submit(rows))[0]
         return SentinelResult(p >= self.settings.sentinel_threshold, p, _ms(t0))
 
-    async def detect(self, context: Sequence[str], question: str | None, answer: str) -> DetectionResult:
+    async def detect(self, context: Sequence[str], question: str | None, answer: str,
+                     signals: frozenset[str] | None = None) -> DetectionResult:
         if self.detector is None:
             raise ModelUnavailable("detector model not loaded")
         t0 = time.perf_counter()
@@ -226,7 +227,9 @@ class OnnxEngine:
         fused = (self.settings.score_method == "fused" and bool(context) and self.explainer is not None
                  and self.settings.explainer_enabled)
         # the surrogate (the slowest signal) runs beside the detector and the verifier, not after them
-        pmi_task = asyncio.ensure_future(self._surrogate_signals(context, question, answer)) if fused and self.signals else None
+        wanted = self.signals if signals is None else self.signals & signals
+        pmi_task = asyncio.ensure_future(self._surrogate_signals(context, question, answer, wanted)) \
+            if fused and wanted else None
         try:
             prepared = await self._prepare(self.detector.prepare, context, question, answer)
             t_prep = _ms(t0)
@@ -304,11 +307,11 @@ class OnnxEngine:
         cal = self._calibration(method)
         return cal(raw) if cal is not None else raw
 
-    async def _surrogate_signals(self, context: Sequence[str], question: str | None, answer: str) -> dict[str, float]:
+    async def _surrogate_signals(self, context: Sequence[str], question: str | None, answer: str,
+                                 wanted: frozenset[str]) -> dict[str, float]:
         """The surrogate's signals for this answer; {} when it fails (and no context_mmd before the reservoir has
         another request's passages): the score then uses the fit made without the missing ones."""
         assert self.surrogate is not None
-        wanted = self.signals
         other = random.choice(self._reservoir) if CONTEXT_MMD in wanted and self._reservoir else None
         self._reservoir.append(_bounded_context(context))
         try:

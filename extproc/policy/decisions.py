@@ -44,6 +44,7 @@ class Decision:
     mode: str  # lightweight | standard | premium
     threshold: float  # response score at or above which the answer counts as detected
     action: str  # header | warn | block | none
+    signals: frozenset[str] | None = None  # white-box signals allowed here; None = all that are on globally
 
 
 def normalize_host(authority: str) -> str:
@@ -99,6 +100,7 @@ def effective_decision(tl: TruthLensConfig, d: DecisionConfig | None) -> Decisio
         mode=tl.default_mode if p.mode is None else p.mode,
         threshold=tl.thresholds.response if p.threshold is None else p.threshold,
         action=tl.default_action if p.action is None else p.action,
+        signals=None if p.signals is None else frozenset(p.signals),
     )
 
 

@@ -189,7 +189,8 @@ class ScriptedTestEngine:
         non_factual = "poem" in low or "joke" in low
         return SentinelResult(needs_check=not non_factual, confidence=0.1 if non_factual else 0.9)
 
-    async def detect(self, context: Sequence[str], question: str | None, answer: str) -> DetectionResult:
+    async def detect(self, context: Sequence[str], question: str | None, answer: str,
+                     signals: frozenset[str] | None = None) -> DetectionResult:
         self.calls.append(("detect", answer))
         q = question or ""
         if "TRIGGER_TIMEOUT" in q:

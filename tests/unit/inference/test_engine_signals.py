@@ -117,3 +117,17 @@ async def test_lumina_signals_join_when_a_fit_uses_them_and_mmd_waits_for_the_re
         await engine.close()
     assert first.signals == ("detector", "verifier", CONTEXT_PMI, LENS_EMERGENCE)
     assert second.signals == ("detector", "verifier", CONTEXT_MMD, CONTEXT_PMI, LENS_EMERGENCE)
+
+
+async def test_a_request_can_turn_the_signals_off(surrogate_built, monkeypatch):
+    engine = build_engine(_settings())
+    calls = []
+    real = engine.surrogate.read
+    monkeypatch.setattr(engine.surrogate, "read", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    try:
+        off = await engine.detect([PASSAGE], QUESTION, ANSWER, signals=frozenset())
+        on = await engine.detect([PASSAGE], QUESTION, ANSWER, signals=frozenset({CONTEXT_PMI}))
+    finally:
+        await engine.close()
+    assert off.signals == ("detector", "verifier") and on.signals == ("detector", "verifier", CONTEXT_PMI)
+    assert len(calls) == 1  # the surrogate read only the answer that was allowed its signal

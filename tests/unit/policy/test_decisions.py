@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from extproc.config import load_config, parse_config
+from extproc.config import ConfigError, load_config, parse_config
 from extproc.policy.decisions import (
     Decision,
     RequestFacts,
@@ -157,3 +157,18 @@ def test_decide_from_headers_matches_select_and_defaults_without_decisions() -> 
     assert policy.decide({":authority": "a"}, "What dosage of ibuprofen is safe?").name == "medical"
     bare = compile_policy(parse_config({"truthlens": {"default_action": "warn"}}))
     assert bare.decide({"x-team": "platform"}, "anything") is bare.default and bare.default.action == "warn"
+
+
+def test_a_decision_can_restrict_the_white_box_signals() -> None:
+    cfg = parse_config({"decisions": [
+        {"name": "fast", "rules": {"conditions": [{"type": "header", "name": "x-fast"}]},
+         "plugins": {"truthlens": {"signals": []}}},
+        {"name": "pmi", "rules": {"conditions": [{"type": "header", "name": "x-pmi"}]},
+         "plugins": {"truthlens": {"signals": ["context_pmi"]}}},
+    ]})
+    assert select_decision(cfg, facts(x_fast="1")).signals == frozenset()  # no surrogate pass on this route
+    assert select_decision(cfg, facts(x_pmi="1")).signals == frozenset({"context_pmi"})
+    assert select_decision(cfg, facts()).signals is None  # no decision: every signal that is on globally
+    with pytest.raises(ConfigError, match=r"decisions\[0\].plugins.truthlens.signals\[0\]"):
+        parse_config({"decisions": [{"name": "x", "rules": {"conditions": [{"type": "header", "name": "x"}]},
+                                     "plugins": {"truthlens": {"signals": ["perplexity"]}}}]})
