@@ -22,12 +22,11 @@ from typing import Any, Sequence
 from extproc.inference.api import DetectionResult, ModelInfo, ModelUnavailable, SentinelResult, Span
 from extproc.inference.batcher import Batcher
 from extproc.inference.calibration import CALIBRATION_FILE, Calibration, CalibrationError, CalibrationSet, check_models
+from extproc.inference.latent_audit import AuditError, LatentAudit, audit_features
 from extproc.inference.manifest import MODEL_FILE, ManifestError
 from extproc.inference.models import Detector, Explainer, NliResult, OnnxModel, Sentinel, TokenScores
 from extproc.inference.prefilter import PREFILTER_FILE, LexicalPrefilter
 from extproc.inference.runtime import PROVIDERS, RuntimeOptions
-from extproc.inference.latent_audit import AuditError, LatentAudit, audit_features
-from extproc.inference.surrogate import SurrogateLM, SurrogateReading
 from extproc.inference.spans import (
     SCORE_METHODS,
     RawSpan,
@@ -41,6 +40,7 @@ from extproc.inference.spans import (
     sentence_for,
     snap_to_words,
 )
+from extproc.inference.surrogate import SurrogateLM, SurrogateReading
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +66,11 @@ class EngineSettings:
     sentinel_dir: str | None = None
     detector_dir: str | None = None
     explainer_dir: str | None = None
-    surrogate_dir: str | None = None  # causal LM for the white-box signals (context PMI)
+    surrogate_dir: str | None = None  # causal LM for the white-box signals
     context_pmi: bool = True  # use the surrogate's context PMI in the fused score when it is loaded
     surrogate_max_tokens: int = 1024  # per surrogate pass: prompt + passages + answer
     latent_audit_file: str | None = None  # `truthlens calibrate` output: adds the LatentAudit signal
-    lens_emergence: bool = False  # LUMINA: logit-lens emergence (the lens layers cost ~50 % more surrogate compute)
+    lens_emergence: bool = False  # LUMINA: logit-lens emergence (two more head projections per answer token)
     context_mmd: bool = False  # LUMINA: MMD vs another request's passages (a third surrogate pass)
     reservoir_size: int = 64  # contexts of recent requests kept (in memory only) for context_mmd
     provider: str = "auto"
@@ -312,8 +312,10 @@ class OnnxEngine:
         """The surrogate's signals for this answer; {} when it fails (and no context_mmd before the reservoir has
         another request's passages): the score then uses the fit made without the missing ones."""
         assert self.surrogate is not None
-        other = random.choice(self._reservoir) if CONTEXT_MMD in wanted and self._reservoir else None
-        self._reservoir.append(_bounded_context(context))
+        other = None
+        if CONTEXT_MMD in wanted:  # only requests that use the signal lend their passages to later ones
+            other = random.choice(self._reservoir) if self._reservoir else None
+            self._reservoir.append(_bounded_context(context))
         try:
             reading: SurrogateReading = await asyncio.get_running_loop().run_in_executor(
                 self._surrogate_pool, lambda: self.surrogate.read(  # type: ignore[union-attr]
