@@ -216,8 +216,13 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, no GPU, Linux {platform.release()}, load average at start {load1:.2f}"
 
 
-SETUPS = (("bare", "bare Envoy"), ("noop", "Envoy + do-nothing ext_proc"),
-          ("truthlens", "Envoy + TruthLens (non-factual prompt)"))
+TRUTHLENS = "Envoy + TruthLens (non-factual prompt)"
+TRUTHLENS_GROUNDED = "Envoy + TruthLens (grounded check)"  # with --context
+
+
+def setup_list(grounded: bool) -> tuple[tuple[str, str], ...]:
+    return (("bare", "bare Envoy"), ("noop", "Envoy + do-nothing ext_proc"),
+            ("truthlens", TRUTHLENS_GROUNDED if grounded else TRUTHLENS))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -237,7 +242,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise RuntimeError("demo upstream did not start")
         urls = {"direct upstream": upstream_url + "/v1/chat/completions"}
         pids: dict[str, int | None] = {}
-        for kind, label in SETUPS:
+        for kind, label in setup_list(PROMPT.get("truthlens_context") is not None):
             proc, address = start_sidecar(kind, args.config)
             if proc is not None:
                 procs.append(proc)
@@ -264,7 +269,7 @@ def report(results: dict[str, Any]) -> str:
     setups = results["setups"]
     bare = {r["concurrency"]: r for r in setups["bare Envoy"]}
     noop = {r["concurrency"]: r for r in setups["Envoy + do-nothing ext_proc"]}
-    tl = {r["concurrency"]: r for r in setups["Envoy + TruthLens (non-factual prompt)"]}
+    tl = {r["concurrency"]: r for r in setups[TRUTHLENS_GROUNDED if results.get("context") else TRUTHLENS]}
     lines = [
         "# Gateway overhead benchmark",
         "",

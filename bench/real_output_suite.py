@@ -10,8 +10,14 @@ and calibrations are chosen on the pooled suite-dev parts of the selection sets;
 shows suite-test. FaithDial's audit is reported but never used to choose anything: its model
 replies are BEGIN's, one of the project's independent yardsticks.
 
+Stacked candidates (`detector+verifier+pmi`, `+lumina`, `+pmi+audit`) fit a logistic stack of the
+fused score and the surrogate's signals on the suite-dev parts of every set but FaithDial; LatentAudit
+distances are 2-fold cross-fitted on suite-dev. Bare signals (`lens_emergence`, `context_mmd`,
+`latent_audit`) take their direction from suite-dev.
+
 Per-example scores are cached under `--cache` (one JSONL per candidate and set), so adding a
-candidate or a set recomputes only what is new; delete the folder after changing a model.
+candidate or a set recomputes only what is new; delete the folder after changing a model. On 2 CPU
+cores a fresh cache takes about two hours, most of it the surrogate LM's passes.
 Writes `<out>.md` and `<out>.json` with the command, machine and date.
 """
 
@@ -316,7 +322,8 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
                      "LatentAudit Mahalanobis distance (fitted on suite-dev, 2-fold cross-fitted there)"),
     "detector+verifier+lumina": (("detector_tokens", "verifier_nli", "pmi", "lumina"), _fused_lumina, None,
                                  "fused score stacked with context PMI, lens emergence and context MMD"),
-    "detector+verifier+pmi+audit": (("detector_tokens", "verifier_nli", "pmi", "surrogate_hidden"), _fused_pmi, None,
+    "detector+verifier+pmi+audit": (("detector_tokens", "verifier_nli", "pmi", "surrogate_hidden"),
+                                    lambda tok, ver, pmi, _hidden: _fused_pmi(tok, ver, pmi), None,
                                     "fused score stacked with context PMI and LatentAudit's distance"),
     "detector+verifier+pmi": (("detector_tokens", "verifier_nli", "pmi"), _fused_pmi, None,
                               "fused score stacked with the surrogate's context PMI: logistic fit on the suite-dev "
@@ -339,8 +346,10 @@ SERVABLE = {
 
 
 # what `make eval` runs; the trained-verifier candidates need models/verifier (tried, not shipped: its card)
-DEFAULT_CANDIDATES = ["flag_all", "length", "context_pmi", "detector_max", "detector", "detector_deep", "verifier",
-                      "detector+verifier", "detector_deep+verifier", "detector+verifier+pmi", "served"]
+DEFAULT_CANDIDATES = ["flag_all", "length", "context_pmi", "lens_emergence", "context_mmd", "latent_audit",
+                      "detector_max", "detector", "detector_deep", "verifier", "detector+verifier",
+                      "detector_deep+verifier", "detector+verifier+pmi", "detector+verifier+lumina",
+                      "detector+verifier+pmi+audit", "served"]
 
 
 def cached(producer: str, name: str, recs: list[dict], cache: Path, args: argparse.Namespace) -> list[dict]:

@@ -178,7 +178,7 @@ def _sweep_table(agg: dict[str, Any]) -> str:
 SUITE = Path(__file__).resolve().parents[1] / "bench" / "results" / "real-output-suite.json"
 # rows of the real-output suite that describe each bundled detector (candidate names of bench/real_output_suite.py)
 SUITE_ROWS = {
-    "models/detector": ("detector_max", "detector", "detector+verifier", "served"),
+    "models/detector": ("detector_max", "detector", "detector+verifier", "detector+verifier+pmi", "served"),
     "models/detector-deep": ("detector_deep", "detector_deep+verifier"),
 }
 
@@ -197,11 +197,18 @@ def _real_output(model_dir: str, suite: Path = SUITE) -> list[str]:
 
     cal_path = suite.parents[2] / model_dir / "calibration.json"
     cal = json.loads(cal_path.read_text(encoding="utf-8")) if cal_path.is_file() else None
+    fits = (cal["fits"] if "fits" in cal else [cal]) if cal else []
+
+    def fit_text(f: dict) -> str:
+        extra = "".join(f", w({k}) = {w:.3f}" for k, w in (f.get("signals") or {}).items())
+        kind = f"stacked with {', '.join(f['signals'])}" if f.get("signals") else "Platt"
+        return (f"{kind}: a = {f['a']:.3f}{extra}, b = {f['b']:.3f}, fitted on {f['fitted_on']['answers']} suite-dev "
+                f"answers of {', '.join(f['fitted_on']['sets'])}")
+
     served = ([f"Served with `score_method: fused` (every answer sentence verified by the NLI model; see docs/inference.md): "
-               f"`calibration.json` maps the raw score to a probability (Platt, a = {cal['a']:.3f}, b = {cal['b']:.3f}, "
-               f"fitted on {cal['fitted_on']['answers']} suite-dev answers of {', '.join(cal['fitted_on']['sets'])}); "
-               f"recommended `thresholds.response: {cal['fitted_on']['recommended_response_threshold']}`.", ""]
-              if cal else [])
+               f"`calibration.json` maps the raw score to a probability ({'; '.join(fit_text(f) for f in fits)}); "
+               f"recommended `thresholds.response: {fits[-1]['fitted_on']['recommended_response_threshold']}`.", ""]
+              if fits else [])
     return [
         "## On real model outputs (the criterion)",
         "",

@@ -1,10 +1,12 @@
 """The surrogate LM on the serving path: a small causal LM (ONNX, no torch) that reads answers.
 
 A gateway does not own the upstream model, so the white-box signals are computed under a small
-open model beside the detector. The first signal is LUMINA's context reliance, as context PMI:
+open model beside the detector. The served one is LUMINA's context reliance, as context PMI:
 per answer token `log p(token | passages, question, earlier answer) - log p(token | question,
 earlier answer)`. An answer the passages explain scores high; one the model would have written
-without them, or that the passages make less likely, scores low. It needs no training.
+without them, or that the passages make less likely, scores low. It needs no training. The same
+passes also give LUMINA's logit-lens emergence, the MMD of next-token distributions under the real
+vs other passages, and the pooled hidden states LatentAudit reads (`read`).
 
 The directory is what `truthlens export --task causal-lm` writes (see `gguf_export`).
 """
