@@ -389,11 +389,7 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
         try:
             models[role] = OnnxModel(directory, role, role_options, settings.max_batch_tokens)
         except ManifestError as exc:
-            message = f"truthlens.models.{role}: {exc}"
-            if settings.strict:
-                raise ManifestError(message) from exc
-            log.error("%s; %s disabled", message, role)
-            errors[role] = message
+            _load_failed(role, f"truthlens.models.{role}: {exc}", f"{role} disabled", settings.strict, errors, exc)
             continue
         log.info("%s: loaded %s from %s on %s", role, models[role].name, directory, models[role].provider)
     engine = OnnxEngine(settings, models)
@@ -413,6 +409,16 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
     return engine
 
 
+def _load_failed(key: str, message: str, consequence: str, strict: bool, errors: dict[str, str],
+                 cause: Exception) -> None:
+    """One optional part did not load: with strict loading a startup error, otherwise logged, kept in
+    `engine.load_errors[key]`, and the gateway runs without it."""
+    if strict:
+        raise ManifestError(message) from cause
+    log.error("%s; %s", message, consequence)
+    errors[key] = message
+
+
 def _load_prefilter(directory: Path, strict: bool, errors: dict[str, str]) -> LexicalPrefilter | None:
     """The sentinel's optional lexical prefilter; a broken file costs only the fast path."""
     if not (directory / PREFILTER_FILE).is_file():
@@ -420,12 +426,8 @@ def _load_prefilter(directory: Path, strict: bool, errors: dict[str, str]) -> Le
     try:
         pre = LexicalPrefilter.load(directory)
     except ManifestError as exc:
-        message = f"truthlens.models.sentinel: {exc}"
-        if strict:
-            raise ManifestError(message) from exc
-        log.error("%s; sentinel runs without its prefilter", message)
-        errors["sentinel_prefilter"] = message
-        return None
+        return _load_failed("sentinel_prefilter", f"truthlens.models.sentinel: {exc}",
+                            "sentinel runs without its prefilter", strict, errors, exc)
     log.info("sentinel: lexical prefilter loaded (decides below %s / above %s)",
              pre.band.non_factual_below, pre.band.factual_above)
     return pre
@@ -453,12 +455,8 @@ def _load_surrogate(settings: EngineSettings, options: RuntimeOptions, errors: d
     try:
         lm = SurrogateLM(directory, options, settings.surrogate_max_tokens)
     except (OSError, ValueError) as exc:
-        message = f"truthlens.models.surrogate: {exc}"
-        if settings.strict:
-            raise ManifestError(message) from exc
-        log.error("%s; scores use no white-box signals", message)
-        errors["surrogate"] = message
-        return None
+        return _load_failed("surrogate", f"truthlens.models.surrogate: {exc}", "scores use no white-box signals",
+                            settings.strict, errors, exc)
     log.info("surrogate: loaded %s from %s on %s", lm.name, directory, lm.provider)
     return lm
 
@@ -473,12 +471,8 @@ def _load_latent_audit(settings: EngineSettings, surrogate: SurrogateLM, errors:
             raise AuditError(f"{settings.latent_audit_file}: fitted on hidden layers {list(audit.layers)}, the surrogate "
                              f"exports {list(surrogate.manifest.hidden_layers)}")
     except AuditError as exc:
-        message = f"truthlens.signals.latent_audit: {exc}"
-        if settings.strict:
-            raise ManifestError(message) from exc
-        log.error("%s; the signal is off", message)
-        errors["latent_audit"] = message
-        return None
+        return _load_failed("latent_audit", f"truthlens.signals.latent_audit: {exc}", "the signal is off",
+                            settings.strict, errors, exc)
     log.info("latent_audit: loaded %s (threshold %.3f)", settings.latent_audit_file, audit.threshold)
     return audit
 
@@ -499,11 +493,7 @@ def _load_calibration(models: dict[str, OnnxModel], surrogate: SurrogateLM | Non
         for cal in kept:
             check_models(cal, files, where, digests)
     except CalibrationError as exc:
-        if settings.strict:
-            raise ManifestError(str(exc)) from exc
-        log.error("%s; scores are reported uncalibrated", exc)
-        errors["calibration"] = str(exc)
-        return None
+        return _load_failed("calibration", str(exc), "scores are reported uncalibrated", settings.strict, errors, exc)
     if not any(c.raw_score == settings.score_method for c in kept):
         log.warning("%s calibrates score_method %s, the config uses %r: scores are reported uncalibrated",
                     where, sorted({c.raw_score for c in fits}), settings.score_method)

