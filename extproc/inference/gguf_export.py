@@ -5,10 +5,13 @@ the serving path must not need torch. So the graph is written directly with `onn
 dequantized GGUF tensors (Llama architecture: RMSNorm, rotary attention with grouped KV heads,
 SwiGLU), and the tokenizer is rebuilt from the GGUF vocabulary with `tokenizers`. The graph answers
 what the white-box signals need in one pass: next-token log-probabilities of the input itself
-(`token_logprobs`), the top-k next-token distribution (`topk_logprobs`, `topk_ids`), the hidden
-states of chosen layers (`hidden_states`) and, for parity checks, the full `logits`. onnxruntime
-computes only the outputs a caller fetches. Parity against transformers is checked by
-`truthlens export --task causal-lm --parity` (train extra) and by the test suite.
+(`token_logprobs`), the top-k next-token distribution (`topk_logprobs`, `topk_ids`), the logit lens
+at the intermediate exported layers (`lens_logprobs`), the hidden states of chosen layers
+(`hidden_states`) and, for parity checks, `logits`. The vocabulary head runs only from the input
+`score_from` on (callers score the answer, not the prompt); onnxruntime computes only the outputs a
+caller fetches. The token embeddings are saved beside it (`token_embeddings.npy`, fp16) for the MMD
+kernel. Parity against transformers is checked by `truthlens export --task causal-lm --parity`
+(train extra) and by the test suite.
 """
 
 from __future__ import annotations
