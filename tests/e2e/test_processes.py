@@ -39,10 +39,11 @@ ENGINES = ["tiny"] + (["bundled"] if HAVE_MODELS else [])
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     if request.param == "tiny":
         tiny = request.getfixturevalue("tiny_models")
-        models = {"sentinel": None, "detector": str(tiny["bert-token"]), "explainer": str(tiny["bert-nli"])}
-    else:
+        models = {"sentinel": None, "detector": str(tiny["bert-token"]), "explainer": str(tiny["bert-nli"]),
+                  "surrogate": None}
+    else:  # with the surrogate LM that make setup-dev builds: the default score stacks its context PMI
         models = {role: str(MODELS / role) if (MODELS / role / "truthlens.json").exists() else None
-                  for role in ("sentinel", "detector", "explainer")}
+                  for role in ("sentinel", "detector", "explainer", "surrogate")}
     cfg = write_cfg(tmp_path_factory.mktemp("cfg") / "tl.yaml", models)
     upstream = start_demo_upstream(chunk_delay_s=0.002)
     sidecar = SidecarProcess(cfg)
@@ -86,6 +87,8 @@ def test_serve_judges_json_with_real_engine(served) -> None:
             assert 0 <= start < end <= len(answer)
             assert 0.0 <= span_score <= 1.0
         assert r.headers["x-truthlens-iterations"] == "1"
+        expected = "detector,verifier,context_pmi" if kind == "bundled" else "detector,verifier"
+        assert r.headers["x-truthlens-signals"] == expected
     assert float(r.headers["x-truthlens-latency-ms"]) > 0
 
 
@@ -97,6 +100,8 @@ def test_serve_judges_sse_with_real_engine(served) -> None:
     if r.headers["x-truthlens-status"] == "streaming":
         verdict = json.loads(events[-2])["truthlens"]
         assert verdict["status"] == "checked" and 0.0 <= verdict["score"] <= 1.0
+        assert verdict["signals"] == (["detector", "verifier", "context_pmi"] if kind == "bundled"
+                                      else ["detector", "verifier"])
         answer = "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events[:-2])
         for span in verdict["spans"]:
             assert answer[span["start"]:span["end"]] == span["text"]
