@@ -116,17 +116,27 @@ def _length(recs: list[dict], args: argparse.Namespace) -> list[dict]:
     return [{"score": float(len(r["answer"])), "segments": None} for r in recs]
 
 
-def _pmi(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+def _pmi(recs: list[dict], args: argparse.Namespace, model_dir: Path = ROOT / "models/surrogate") -> list[dict]:
     from extproc.inference.runtime import RuntimeOptions
     from extproc.inference.surrogate import SurrogateLM
 
-    lm = SurrogateLM(ROOT / "models/surrogate", RuntimeOptions("cpu", args.threads))
+    lm = SurrogateLM(model_dir, RuntimeOptions("cpu", args.threads))
     out = []
     for i, r in enumerate(recs):
         tp = lm.context_pmi(context_of(r), r.get("question"), r["answer"])
         out.append({"score": -tp.mean, "segments": [[s, e, -p] for (s, e), p in zip(tp.offsets, tp.pmi)]})
         _tick(i, len(recs))
     return out
+
+
+def _pmi_int8(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+    """Context PMI under the int8 surrogate graph (built once into the cache): what quantization costs in skill."""
+    from extproc.inference.gguf_export import default_gguf, export_gguf
+
+    out = args.cache / "surrogate-int8"
+    if not (out / "model.onnx").is_file():
+        export_gguf(default_gguf(), out, name="surrogate-int8", quantize="int8")
+    return _pmi(recs, args, out)
 
 
 def _surrogate_hidden(recs: list[dict], args: argparse.Namespace) -> list[dict]:
@@ -245,6 +255,7 @@ PRODUCERS: dict[str, Callable[[list[dict], argparse.Namespace], list[dict]]] = {
     "length": _length,
     "flag_all": _flag_all,
     "pmi": _pmi,
+    "pmi_int8": _pmi_int8,
     "surrogate_hidden": _surrogate_hidden,
     "lumina": _lumina,
     "detector_tokens": _detector_tokens("models/detector"),
@@ -314,6 +325,8 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
                "calibration, thresholds.response)"),
     "detector_deep+verifier": (("detector_deep_tokens", "verifier_nli"), _fused, None,
                                "score_method fused with the optional 4-layer detector-deep"),
+    "context_pmi_int8": (("pmi_int8",), lambda r: Scored(r["score"]), None,
+                         "context PMI under the int8 surrogate graph (opt-in: not served)"),
     "lens_emergence": (("lumina",), lambda r: Scored(float(r["emergence"] or 0.0)), None,
                        "LUMINA logit-lens emergence under SmolLM2 (zero training)"),
     "context_mmd": (("lumina",), lambda r: Scored(float(r["mmd"] or 0.0)), None,
