@@ -116,17 +116,30 @@ def _length(recs: list[dict], args: argparse.Namespace) -> list[dict]:
     return [{"score": float(len(r["answer"])), "segments": None} for r in recs]
 
 
-def _pmi(recs: list[dict], args: argparse.Namespace, model_dir: Path = ROOT / "models/surrogate") -> list[dict]:
+SURROGATE = ROOT / "models" / "surrogate"
+
+
+def _surrogate_rows(recs: list[dict], args: argparse.Namespace, row: Callable[[Any, int, dict], dict],
+                    model_dir: Path = SURROGATE) -> list[dict]:
+    """One surrogate LM for the batch; `row(lm, i, record)` reads record i."""
     from extproc.inference.runtime import RuntimeOptions
     from extproc.inference.surrogate import SurrogateLM
 
     lm = SurrogateLM(model_dir, RuntimeOptions("cpu", args.threads))
     out = []
     for i, r in enumerate(recs):
-        tp = lm.context_pmi(context_of(r), r.get("question"), r["answer"])
-        out.append({"score": -tp.mean, "segments": [[s, e, -p] for (s, e), p in zip(tp.offsets, tp.pmi)]})
+        out.append(row(lm, i, r))
         _tick(i, len(recs))
     return out
+
+
+def _pmi_row(lm: Any, i: int, r: dict) -> dict:
+    tp = lm.context_pmi(context_of(r), r.get("question"), r["answer"])
+    return {"score": -tp.mean, "segments": [[s, e, -p] for (s, e), p in zip(tp.offsets, tp.pmi)]}
+
+
+def _pmi(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+    return _surrogate_rows(recs, args, _pmi_row)
 
 
 def _pmi_int8(recs: list[dict], args: argparse.Namespace) -> list[dict]:
@@ -136,40 +149,31 @@ def _pmi_int8(recs: list[dict], args: argparse.Namespace) -> list[dict]:
     out = args.cache / "surrogate-int8"
     if not (out / "model.onnx").is_file():
         export_gguf(default_gguf(), out, name="surrogate-int8", quantize="int8")
-    return _pmi(recs, args, out)
+    return _surrogate_rows(recs, args, _pmi_row, out)
 
 
 def _surrogate_hidden(recs: list[dict], args: argparse.Namespace) -> list[dict]:
     """LatentAudit features: per exported layer, mean hidden state over the answer minus over the passages."""
     from extproc.inference.latent_audit import audit_features
-    from extproc.inference.runtime import RuntimeOptions
-    from extproc.inference.surrogate import SurrogateLM
 
-    lm = SurrogateLM(ROOT / "models/surrogate", RuntimeOptions("cpu", args.threads))
-    out = []
-    for i, r in enumerate(recs):
+    def row(lm: Any, i: int, r: dict) -> dict:
         reading = lm.read(context_of(r), r.get("question"), r["answer"], hidden=True)
         feats = audit_features(reading.hidden) if reading.hidden is not None else None
-        out.append({"features": None if feats is None else [round(float(v), 4) for v in feats]})
-        _tick(i, len(recs))
-    return out
+        return {"features": None if feats is None else [round(float(v), 4) for v in feats]}
+
+    return _surrogate_rows(recs, args, row)
 
 
 def _lumina(recs: list[dict], args: argparse.Namespace) -> list[dict]:
     """LUMINA's other two signals: logit-lens emergence, and the MMD between next-token distributions under the
     real passages and under another answer's (the next record scored: a stand-in for the sidecar's reservoir)."""
-    from extproc.inference.runtime import RuntimeOptions
-    from extproc.inference.surrogate import SurrogateLM
-
-    lm = SurrogateLM(ROOT / "models/surrogate", RuntimeOptions("cpu", args.threads))
-    out = []
-    for i, r in enumerate(recs):
+    def row(lm: Any, i: int, r: dict) -> dict:
         other = recs[(i + 1) % len(recs)]
         reading = lm.read(context_of(r), r.get("question"), r["answer"], lens=True,
                           other_context=context_of(other) if other is not r else None)
-        out.append({"emergence": reading.emergence, "mmd": reading.mmd})
-        _tick(i, len(recs))
-    return out
+        return {"emergence": reading.emergence, "mmd": reading.mmd}
+
+    return _surrogate_rows(recs, args, row)
 
 
 def _detector_tokens(model_dir: str) -> Callable[[list[dict], argparse.Namespace], list[dict]]:
@@ -303,7 +307,8 @@ ORIENTED = {"lens_emergence", "context_mmd", "latent_audit"}
 
 
 # candidate -> (producers it needs, builder, fixed threshold or None = chosen on suite-dev); a builder that
-# returns signals makes a stacked candidate: its scores are a logistic fit (suite-dev of STACK_SETS) first
+# returns signals makes a stacked candidate: its scores are a logistic fit first (`fit_stack`: suite-dev of every
+# set but the report-only ones)
 CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None, str]] = {
     "flag_all": (("flag_all",), lambda r: Scored(r["score"]), 1.0, "flag every answer"),
     "length": (("length",), lambda r: Scored(r["score"]), None, "answer length in characters (zero training)"),
@@ -400,6 +405,8 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
         feats: dict[str, dict[str, list[Any]]] = {"dev": {}, "test": {}}
         for name, recs in sets.items():
             raws = [cached(p, name, recs, cache, args) for p in producers]
+            if "served" in producers:
+                args.served_latency[name] = latency_summary([o["latency_ms"] for o in raws[producers.index("served")]])
             for i, rec in enumerate(recs):
                 scored[rec["split"]].setdefault(name, []).append(build(*(raw[i] for raw in raws)))
                 gold[rec["split"]].setdefault(name, []).append(gold_of(rec))
@@ -415,18 +422,15 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
             orientation = 1.0 if dev_auc is None or dev_auc >= 0.5 else -1.0
             scored = {split: {n: [Scored(orientation * s.score) for s in part] for n, part in by_set.items()}
                       for split, by_set in scored.items()}
-        stack = None
+        stack, unstacked_dev = None, scored["dev"]
         if any(s.signals for part in scored["dev"].values() for s in part):
             stack = fit_stack(scored["dev"], gold["dev"], [n for n in sets if n not in REPORT_ONLY])
             scored = {split: {n: [apply_stack(stack, s) for s in part] for n, part in by_set.items()}
                       for split, by_set in scored.items()}
-        if "served" in producers:
-            args.served_latency = {name: latency_summary([o["latency_ms"] for o in cached("served", name, recs, cache, args)])
-                                   for name, recs in sets.items()}
         t = fixed if fixed is not None else choose_threshold(scored["dev"], gold["dev"], selection,
                                                              args.max_faithful_flagged)
         if cand == args.fit_calibration:
-            args.calibration_result = fit_calibration(cand, scored["dev"], gold["dev"], selection, t, args, stack)
+            args.calibration_result = fit_calibration(cand, unstacked_dev, gold["dev"], selection, t, args, stack)
         rows[cand] = {
             "what": what + ("" if orientation is None else f" (direction from suite-dev: {'+' if orientation > 0 else '-'})"),
             "stack": None if stack is None else {"a": stack.a, "b": stack.b, "signals": stack.signals,
@@ -491,11 +495,11 @@ def apply_stack(stack: Any, s: Scored) -> Scored:
 
 def fit_calibration(cand: str, dev: dict[str, list[Scored]], gold: dict[str, list[Gold]], selection: Sequence[str],
                     threshold: float, args: argparse.Namespace, stack: Any = None) -> dict[str, Any]:
-    """Platt-scale the candidate's raw score on the pooled suite-dev parts of the selection sets and
-    write calibration.json into its detector directory (hashes of the model files it was fitted with).
-    A stacked candidate's file holds two fits: the stack (its scores are already probabilities, so the
-    chosen threshold is thresholds.response as it is) and the fused score without the signal, the
-    fallback when the surrogate is off; both come from the same raw producers."""
+    """Platt-scale the candidate's raw score (`dev`: before any stacking) on the pooled suite-dev parts of the
+    selection sets and write calibration.json into its detector directory (hashes of the model files it was
+    fitted with). A stacked candidate's file holds two fits: the stack (its scores are already probabilities,
+    so the chosen threshold is thresholds.response as it is) and that Platt fit of the fused score without
+    the signal, the fallback when the surrogate is off."""
     from dataclasses import replace
 
     from extproc.inference.calibration import CalibrationSet, file_sha256, fit_platt
@@ -503,15 +507,6 @@ def fit_calibration(cand: str, dev: dict[str, list[Scored]], gold: dict[str, lis
     dirs = SERVABLE[cand]
     models = {r: file_sha256(ROOT / d / "model.onnx") for r, d in dirs.items() if r != "surrogate"}
     command = "bench/real_output_suite.py --fit-calibration " + cand
-    if stack is not None:  # the base fit: the same candidate without its signals, Platt on the selection sets
-        base_cand = cand.removesuffix("+pmi")
-        producers, build, _, _ = CANDIDATES[base_cand]
-        sets = load_sets(args.data, args.cache, selection, args.per_split)
-        dev = {}
-        for n, recs in sets.items():
-            part = [r for r in recs if r["split"] == "dev"]
-            raws = [cached(p, n, part, args.cache, args) for p in producers]
-            dev[n] = [build(*(raw[i] for raw in raws)) for i in range(len(part))]
     raw = [s.score for n in selection if n in dev for s in dev[n]]
     labels = [g.hallucinated for n in selection if n in gold for g in gold[n]]
     meta = {"sets": list(selection), "split": "suite-dev", "answers": len(raw), "hallucinated": int(sum(labels)),
@@ -618,6 +613,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: data folder {args.data} not found", file=sys.stderr)
         return 2
     sets = load_sets(args.data, args.cache, args.sets, args.per_split)
+    args.served_latency = {}  # filled by evaluate when `served` runs
     selection = [n for n in (args.selection or RAG_SETS) if n in sets and n not in REPORT_ONLY]
     report = {
         "command": " ".join(["bench/real_output_suite.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -628,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
                  for n, recs in sets.items()},
         "candidates": evaluate(sets, args.candidates, args.cache, args, selection),
         "calibration": getattr(args, "calibration_result", None),
-        "served_latency_ms": getattr(args, "served_latency", None),
+        "served_latency_ms": args.served_latency or None,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

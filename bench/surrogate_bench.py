@@ -13,7 +13,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from extproc.inference.gguf_export import default_gguf, export_gguf  # noqa: E402
 from extproc.inference.runtime import RuntimeOptions  # noqa: E402
 from extproc.inference.surrogate import SurrogateLM  # noqa: E402
+from models.common import machine_info  # noqa: E402
 
 WORDS = ("the committee said that the bridge opened in march after two years of work and that traffic on the old "
          "road fell by a third while the city council approved a budget for new bus lanes near the harbour").split()
@@ -85,11 +85,9 @@ def main() -> int:
             ctx, ans = text_of(fp32, 512, 50 + i), text_of(fp32, 128, 80 + i)
             diffs.append(abs(fp32.context_pmi([ctx], None, ans).mean - int8.context_pmi([ctx], None, ans).mean))
         int8_mb = (Path(tmp) / "model.onnx").stat().st_size / 1e6
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
-                if line.startswith("model name")), platform.machine())
     result = {
         "command": "bench/surrogate_bench.py " + " ".join(sys.argv[1:]),
-        "machine": {"cpu": cpu, "logical_cpus": os.cpu_count(), "threads": args.threads,
+        "machine": {"cpu": machine_info()["cpu"], "logical_cpus": os.cpu_count(), "threads": args.threads,
                     "load_average_1m": round(os.getloadavg()[0], 2), "provider": fp32.provider},
         "date": dt.date.today().isoformat(),
         "model": fp32.name, "fp32_mb": (args.model / "model.onnx").stat().st_size / 1e6, "int8_mb": int8_mb,

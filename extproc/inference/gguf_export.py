@@ -154,13 +154,6 @@ def read_weights(reader: Any, shape: LlamaShape) -> dict[str, np.ndarray]:
     return out
 
 
-def read_token_embeddings(reader: Any) -> np.ndarray:
-    from gguf.quants import dequantize
-
-    (t,) = [t for t in reader.tensors if t.name == "token_embd.weight"]
-    return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
-
-
 def chat_format(reader: Any) -> ChatFormat:
     template = _field(reader, "tokenizer.chat_template") or ""
     if "<|im_start|>" in template:
@@ -360,7 +353,8 @@ def export_gguf(gguf_path: str | Path, out_dir: str | Path, *, name: str | None 
     shape = read_shape(reader)
     chat = chat_format(reader)
     tokenizer = build_tokenizer(reader)
-    model = build_graph(shape, read_weights(reader, shape), max_length, hidden_layers, top_k)
+    weights = read_weights(reader, shape)
+    model = build_graph(shape, weights, max_length, hidden_layers, top_k)
     out.mkdir(parents=True, exist_ok=True)
     onnx.save_model(model, str(out / "model.onnx"))
     if quantize == "int8":
@@ -369,7 +363,7 @@ def export_gguf(gguf_path: str | Path, out_dir: str | Path, *, name: str | None 
         raise ValueError(f"quantize must be int8 or None, got {quantize!r}")
     tokenizer.save(str(out / "tokenizer.json"))
     # token embeddings for the MMD kernel over next-token distributions (fp16: the kernel needs directions only)
-    np.save(out / TOKEN_EMBEDDINGS, read_token_embeddings(reader).astype(np.float16))
+    np.save(out / TOKEN_EMBEDDINGS, weights["token_embd.weight"].astype(np.float16))
     bos = _field(reader, "tokenizer.ggml.bos_token_id")
     manifest = CausalLmManifest(
         name=name or out.name, max_length=max_length, hidden_layers=tuple(sorted(set(hidden_layers))), top_k=top_k,
