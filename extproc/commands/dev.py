@@ -33,8 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from extproc.demo_upstream import start_demo_upstream
-    from extproc.envoy_config import EnvoyOptions, resolve_envoy_binary, write_config
+    from extproc.devtools.demo_upstream import start_demo_upstream
+    from extproc.devtools.envoy_config import EnvoyOptions, resolve_envoy_binary, write_config
 
     try:
         envoy_bin = resolve_envoy_binary(args.envoy_bin)

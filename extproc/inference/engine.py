@@ -103,7 +103,7 @@ class EngineSettings:
 
     @classmethod
     def from_config(cls, cfg: Any) -> "EngineSettings":
-        """From the typed config (`extproc.config_schema.Config`); only reads attributes."""
+        """From the typed config (`extproc.config.schema.Config`); only reads attributes."""
         tl = cfg.truthlens
         m, t, b, e = tl.models, tl.thresholds, tl.batching, tl.explainer
         return cls(

@@ -300,7 +300,7 @@ def _nullable_with_default(cls: type, prefix: str = "") -> set[str]:
 
 
 def test_nullable_key_list_matches_the_schema() -> None:
-    from extproc.config_schema import Config
+    from extproc.config.schema import Config
 
     text = (CHART / "templates" / "_helpers.tpl").read_text()
     block = text.split('define "truthlens.nullableConfigKeys" -}}', 1)[1].split("{{-", 1)[0]

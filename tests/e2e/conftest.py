@@ -8,7 +8,7 @@ from typing import Iterator
 import pytest
 
 from extproc.config import parse_config
-from extproc.demo_upstream import DemoUpstreamServer, start_demo_upstream
+from extproc.devtools.demo_upstream import DemoUpstreamServer, start_demo_upstream
 from extproc.service import TruthLensService
 from extproc.wiring import GatewayRuntime, build_mitigator
 from tests.e2e.harness import EnvoyProcess, ScriptedTestEngine, SidecarThread

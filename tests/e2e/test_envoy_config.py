@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extproc.envoy_config import TEMPLATE, EnvoyOptions, render, resolve_envoy_binary, write_config
+from extproc.devtools.envoy_config import TEMPLATE, EnvoyOptions, render, resolve_envoy_binary, write_config
 
 pytestmark = pytest.mark.e2e
 

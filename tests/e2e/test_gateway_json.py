@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from extproc.demo_upstream import INJECTED_CLAIM, Script, completion_json
+from extproc.devtools.demo_upstream import INJECTED_CLAIM, Script, completion_json
 from tests.e2e.conftest import Gateway
 
 pytestmark = pytest.mark.e2e

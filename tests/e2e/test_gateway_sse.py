@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from extproc.demo_upstream import INJECTED_CLAIM, Script, completion_sse_chunks
+from extproc.devtools.demo_upstream import INJECTED_CLAIM, Script, completion_sse_chunks
 from tests.e2e.conftest import Gateway
 from tests.e2e.test_gateway_json import chat
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from extproc.demo_upstream import start_demo_upstream
+from extproc.devtools.demo_upstream import start_demo_upstream
 from tests.e2e.harness import REPO, EnvoyProcess, SidecarProcess, free_port
 
 pytestmark = pytest.mark.e2e

@@ -8,7 +8,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from extproc.demo_upstream import INJECTED_CLAIM, DemoUpstreamServer, Script, demo_answer, load_scripts, start_demo_upstream
+from extproc.devtools.demo_upstream import INJECTED_CLAIM, DemoUpstreamServer, Script, demo_answer, load_scripts, start_demo_upstream
 
 
 @pytest.fixture()

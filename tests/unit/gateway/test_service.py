@@ -13,7 +13,7 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.config import parse_config
-from extproc.demo_upstream import INJECTED_CLAIM, completion_json, completion_sse_chunks
+from extproc.devtools.demo_upstream import INJECTED_CLAIM, completion_json, completion_sse_chunks
 from extproc.inference.api import NullEngine
 from extproc.service import TruthLensService
 from extproc.wiring import GatewayRuntime

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from extproc.config_values import (
+from extproc.config.values import (
     check_domain,
     check_header_name,
     check_host_port,

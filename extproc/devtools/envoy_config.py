@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "envoy" / "local.yaml"
+TEMPLATE = Path(__file__).resolve().parents[2] / "envoy" / "local.yaml"
 
 
 @dataclass(frozen=True, slots=True)

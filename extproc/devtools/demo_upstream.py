@@ -316,7 +316,7 @@ def start_demo_upstream(host: str = "127.0.0.1", port: int = 0, scripts: dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m extproc.demo_upstream --port 8000 [--scripts FILE]`: serve until Ctrl-C/SIGTERM."""
+    """`python -m extproc.devtools.demo_upstream --port 8000 [--scripts FILE]`: serve until Ctrl-C/SIGTERM."""
     import argparse
     import signal
 

@@ -1,7 +1,7 @@
 """Load and validate the TruthLens YAML config into frozen dataclasses.
 
 Bad config must fail at startup with every problem named at once, so the
-loader walks the schema (`extproc.config_schema`) collecting errors instead of
+loader walks the schema (`extproc.config.schema`) collecting errors instead of
 stopping at the first. Each error reads `<key.path>: expected <what>, got <value>`.
 """
 
@@ -14,9 +14,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from extproc.config_schema import *  # noqa: F403  (re-export: callers import extproc.config only)
-from extproc.config_schema import CONDITION_KEYS, Config, ConditionConfig
-from extproc.config_walk import SchemaWalker, show_value
+from extproc.config.schema import CONDITION_KEYS, Config, ConditionConfig
+from extproc.config.walk import SchemaWalker, show_value
 
 WARNING_PLACEHOLDERS = ("score", "spans")
 

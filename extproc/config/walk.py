@@ -1,6 +1,6 @@
 """Walk the config schema over a parsed YAML mapping, collecting every error.
 
-Generic over `extproc.config_schema`: type hints give the expected types,
+Generic over `extproc.config.schema`: type hints give the expected types,
 field metadata (min/max/check/nonempty/unique_names) the constraints. Invalid
 optional fields fall back to their defaults so later checks still run and
 report their own errors in the same pass.
@@ -15,7 +15,7 @@ import types
 from functools import cache
 from typing import Any, Literal, Mapping, Union, get_args, get_origin, get_type_hints
 
-from extproc.config_schema import CONDITION_KEYS, ConditionConfig
+from extproc.config.schema import CONDITION_KEYS, ConditionConfig
 
 INVALID = object()
 

@@ -1,0 +1,23 @@
+"""The TruthLens config: schema (every default, once), value checks, loading and validation.
+
+Callers import from here: `from extproc.config import Config, load_config`.
+"""
+
+from extproc.config.load import (
+    WARNING_PLACEHOLDERS,
+    ConfigError,
+    check_warning_template,
+    config_to_dict,
+    config_warnings,
+    default_config,
+    load_config,
+    model_dir,
+    parse_config,
+)
+from extproc.config.schema import *  # noqa: F403
+from extproc.config.schema import __all__ as _schema_all
+
+__all__ = [
+    "WARNING_PLACEHOLDERS", "ConfigError", "check_warning_template", "config_to_dict", "config_warnings",
+    "default_config", "load_config", "model_dir", "parse_config", *_schema_all,
+]
