@@ -84,9 +84,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from noop_processor import NoopProcessor
 
     from extproc.config import default_config
-    from extproc.service import TruthLensService
+    from extproc.gateway.service import TruthLensService
     from extproc.telemetry.metrics import Metrics
-    from extproc.wiring import GatewayRuntime, build_engine
+    from extproc.gateway.wiring import GatewayRuntime, build_engine
 
     cfg = default_config()
     rt = GatewayRuntime(cfg, build_engine(cfg), metrics=Metrics("bench"))

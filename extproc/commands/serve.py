@@ -33,9 +33,9 @@ async def _serve(cfg, args: argparse.Namespace) -> int:  # noqa: ANN001 - Config
 
     from extproc.config import config_warnings
     from extproc.server import SidecarServer, run_until_signal
-    from extproc.service import TruthLensService
+    from extproc.gateway.service import TruthLensService
     from extproc.telemetry.logging import configure_logging
-    from extproc.wiring import GatewayRuntime, build_engine, build_mitigator, server_options
+    from extproc.gateway.wiring import GatewayRuntime, build_engine, build_mitigator, server_options
 
     configure_logging(args.log_level or cfg.telemetry.log_level, cfg.telemetry.log_content)
     from extproc.telemetry.tracing import TracingUnavailable, configure_tracing, shutdown_tracing

@@ -82,7 +82,7 @@ def _text(content: Any) -> str:
     return ""
 
 
-REFINE_MARKER = "Rewrite your answer"  # TruthLens standard mode's re-ask (extproc.mitigation)
+REFINE_MARKER = "Rewrite your answer"  # TruthLens standard mode's re-ask (extproc.gateway.mitigation)
 
 
 def demo_answer(messages: list[dict[str, Any]]) -> str:

@@ -9,8 +9,8 @@ import pytest
 
 from extproc.config import parse_config
 from extproc.devtools.demo_upstream import DemoUpstreamServer, start_demo_upstream
-from extproc.service import TruthLensService
-from extproc.wiring import GatewayRuntime, build_mitigator
+from extproc.gateway.service import TruthLensService
+from extproc.gateway.wiring import GatewayRuntime, build_mitigator
 from tests.e2e.harness import EnvoyProcess, ScriptedTestEngine, SidecarThread
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from extproc.context import RequestContext
+from extproc.gateway.context import RequestContext
 
 
 def http(pairs: list[tuple[str, str]]) -> pb.HttpHeaders:

@@ -9,8 +9,8 @@ import pytest
 
 from extproc.config import parse_config
 from extproc.devtools.demo_upstream import INJECTED_CLAIM, DemoUpstreamServer, Script, completion_json, start_demo_upstream
-from extproc.service import TruthLensService
-from extproc.wiring import GatewayRuntime, build_mitigator
+from extproc.gateway.service import TruthLensService
+from extproc.gateway.wiring import GatewayRuntime, build_mitigator
 from tests.e2e.harness import ScriptedTestEngine
 from tests.unit.gateway.test_service import drive, req_body, req_headers, resp_body, resp_headers, set_headers
 

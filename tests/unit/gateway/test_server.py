@@ -148,7 +148,7 @@ async def test_tls_and_mtls(pki: Path) -> None:
 
 def test_server_options_come_from_config(tmp_path: Path) -> None:
     from extproc.config import parse_config
-    from extproc.wiring import server_options
+    from extproc.gateway.wiring import server_options
 
     files = {name: str(tmp_path / name) for name in ("c.pem", "k.pem", "ca.pem")}
     for f in files.values():

@@ -15,8 +15,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc.config import parse_config
 from extproc.devtools.demo_upstream import INJECTED_CLAIM, completion_json, completion_sse_chunks
 from extproc.inference.api import NullEngine
-from extproc.service import TruthLensService
-from extproc.wiring import GatewayRuntime
+from extproc.gateway.service import TruthLensService
+from extproc.gateway.wiring import GatewayRuntime
 from tests.e2e.harness import ScriptedTestEngine
 
 Mode = processing_mode_pb2.ProcessingMode
@@ -146,7 +146,7 @@ async def test_phase_exception_passes_through_unchecked(monkeypatch: pytest.Monk
     def boom(*_a: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("extproc.stream_phases.parse_chat_response", boom)
+    monkeypatch.setattr("extproc.gateway.stream_phases.parse_chat_response", boom)
     replies = await drive(svc, [req_headers(), req_body(CHAT), resp_headers(), resp_body(b'{"choices":[]}')])
     common = replies[3].response_body.response
     assert not common.HasField("body_mutation")
@@ -212,7 +212,7 @@ async def test_request_body_failure_makes_the_verdict_unchecked_error(monkeypatc
     def boom(*_a: object, **_k: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("extproc.stream_phases.parse_chat_request", boom)
+    monkeypatch.setattr("extproc.gateway.stream_phases.parse_chat_request", boom)
     replies = await drive(service(), [req_headers(), req_body(CHAT), resp_headers()])
     assert not replies[1].request_body.response.HasField("body_mutation")  # request went on unchanged
     h = set_headers(replies[2].response_headers.response)
@@ -232,7 +232,7 @@ async def test_request_body_failure_makes_the_verdict_unchecked_error(monkeypatc
     ],
 )
 def test_chat_route_detection(method: str, path: str, chat: bool) -> None:
-    from extproc.stream_phases import is_chat_route
+    from extproc.gateway.stream_phases import is_chat_route
 
     assert is_chat_route(method, path) is chat
 
@@ -318,7 +318,7 @@ async def test_early_verdict_replies_are_the_planned_headers_even_when_shared() 
     """Sub-millisecond early verdicts share prebuilt replies: each must still be exactly the plan."""
     from extproc.policy.actions import plan_actions
     from extproc.policy.verdict import Verdict
-    from extproc.stream_phases import SHARED_REPLY_MAX_MS
+    from extproc.gateway.stream_phases import SHARED_REPLY_MAX_MS
 
     svc = service(ScriptedTestEngine(), {"decisions": [
         {"name": "quiet", "priority": 1, "rules": {"conditions": [{"type": "header", "name": "x-quiet"}]},

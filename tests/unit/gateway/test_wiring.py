@@ -6,7 +6,7 @@ from pathlib import Path
 
 from extproc.config import parse_config
 from extproc.inference.api import NullEngine
-from extproc.wiring import build_engine
+from extproc.gateway.wiring import build_engine
 
 
 def cfg_for(sentinel: Path | None, detector: Path | None):

@@ -57,7 +57,7 @@ def test_checked_headers() -> None:
 def test_the_signals_behind_a_score_are_named_in_headers_block_body_and_sse_verdict() -> None:
     from dataclasses import replace
 
-    from extproc.stream_sse import verdict_payload
+    from extproc.gateway.stream_sse import verdict_payload
 
     verdict = Verdict.checked(dec("block"), replace(RESULT, signals=("detector", "verifier", "context_pmi")))
     assert headers_dict(response_headers(verdict))["x-truthlens-signals"] == "detector,verifier,context_pmi"

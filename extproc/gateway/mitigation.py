@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from extproc.config import Config
-from extproc.context import RequestContext
+from extproc.gateway.context import RequestContext
 from extproc.inference.api import DetectionResult, Engine, Span
 from extproc.policy.verdict import Verdict
 from extproc.protocol.openai import ProtocolError, dump_json, parse_chat_response

@@ -27,7 +27,7 @@ class GatewayRuntime:
     engine: Engine
     policy: Policy = field(init=False)
     metrics: Any = None  # extproc.telemetry.metrics.Metrics, or None in tests
-    mitigator: Any = None  # extproc.mitigation.Mitigator for standard/premium modes
+    mitigator: Any = None  # extproc.gateway.mitigation.Mitigator for standard/premium modes
 
     def __post_init__(self) -> None:
         self.policy = compile_policy(self.config)
@@ -79,6 +79,6 @@ def build_mitigator(cfg: Config, engine: Engine) -> Any:
     }
     if modes <= {"lightweight"}:
         return None
-    from extproc.mitigation import Mitigator
+    from extproc.gateway.mitigation import Mitigator
 
     return Mitigator(cfg, engine)

@@ -14,14 +14,14 @@ from typing import Any, AsyncIterator
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from extproc import stream_sse
-from extproc.context import BodyKind, RequestContext, Route
+from extproc.gateway import stream_sse
+from extproc.gateway.context import BodyKind, RequestContext, Route
 from extproc.policy.actions import plan_actions
 from extproc.policy.verdict import Status, UncheckedReason, Verdict
 from extproc.protocol import envoy as ev
-from extproc.stream_phases import NO_RESPONSE_BODY_MODE, Phases
+from extproc.gateway.stream_phases import NO_RESPONSE_BODY_MODE, Phases
 from extproc.telemetry.logging import bind_request, unbind_request
-from extproc.wiring import GatewayRuntime
+from extproc.gateway.wiring import GatewayRuntime
 
 log = logging.getLogger("truthlens.service")
 

@@ -7,7 +7,7 @@ fixes the verdict before the answer exists (disabled, skipped, unverified, unche
 the response headers and the response body is then not even sent to us (mode override NONE).
 
 Response side: JSON is judged whole (BUFFERED); SSE is switched to STREAMED, forwarded as it
-comes, and the verdict event is inserted before `[DONE]` (extproc.stream_sse). Whatever cannot be judged passes
+comes, and the verdict event is inserted before `[DONE]` (extproc.gateway.stream_sse). Whatever cannot be judged passes
 through byte-identical, marked unchecked with a reason.
 """
 
@@ -20,7 +20,7 @@ from typing import Sequence
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from extproc.context import BodyKind, RequestContext, Route
+from extproc.gateway.context import BodyKind, RequestContext, Route
 from extproc.inference.api import DetectionResult, InferenceError, ModelUnavailable, Overloaded
 from extproc.policy.actions import latency_header_value, plan_actions
 from extproc.policy.decisions import Decision
@@ -30,7 +30,7 @@ from extproc.protocol.encoding import BodyTooLarge, EncodingError, decode_body
 from extproc.protocol.openai import ProtocolError, append_to_choices, parse_chat_request, parse_chat_response
 from extproc.protocol.sse import ChatStreamRelay
 from extproc.telemetry.tracing import stage
-from extproc.wiring import GatewayRuntime
+from extproc.gateway.wiring import GatewayRuntime
 
 log = logging.getLogger("truthlens.phases")
 

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from extproc.context import RequestContext
+from extproc.gateway.context import RequestContext
 from extproc.policy.actions import plan_actions
 from extproc.policy.verdict import Status, UncheckedReason, Verdict
 from extproc.protocol import envoy as ev
 from extproc.protocol.sse import ChatStreamRelay, content_delta_chunk, verdict_chunk
 
 if TYPE_CHECKING:
-    from extproc.stream_phases import Phases
+    from extproc.gateway.stream_phases import Phases
 
 
 async def on_chunk(ph: Phases, ctx: RequestContext, http: pb.HttpBody) -> pb.ProcessingResponse:
