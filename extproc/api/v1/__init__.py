@@ -1,0 +1,1 @@
+"""Generated from proto/truthlens/v1 by proto/generate.py (grpcio-tools). Do not edit."""
