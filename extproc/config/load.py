@@ -66,6 +66,14 @@ def model_dir(path: str | None) -> Path | None:
 def config_warnings(cfg: Config) -> list[str]:
     """Problems the gateway survives (it runs without models and reports detection unavailable)."""
     warnings = []
+    inference = cfg.truthlens.inference
+    if inference.remote:  # the pool's processes load the models, not this one
+        if inference.deadline_ms >= cfg.truthlens.inference_timeout_ms:
+            warnings.append(
+                f"truthlens.inference.deadline_ms: {inference.deadline_ms} is not below truthlens.inference_timeout_ms "
+                f"({cfg.truthlens.inference_timeout_ms}); a slow pool ends in a timeout instead of a retry"
+            )
+        return warnings
     for role in ("sentinel", "detector", "explainer"):
         p = model_dir(getattr(cfg.truthlens.models, role))
         if p is not None and not p.is_dir():

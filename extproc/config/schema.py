@@ -20,6 +20,7 @@ from typing import Any, Callable, Literal
 
 from extproc.config.values import (
     check_domain,
+    check_grpc_target,
     check_header_name,
     check_host_port,
     check_http_url,
@@ -36,6 +37,7 @@ __all__ = [
     "Config",
     "DecisionConfig",
     "ExplainerConfig",
+    "InferenceConfig",
     "LightweightModeConfig",
     "LogLevel",
     "Mode",
@@ -66,6 +68,7 @@ ScoreMethod = Literal["fused", "noisy_or", "max_span"]
 Operator = Literal["AND", "OR"]
 ConditionType = Literal["keyword", "domain", "header"]
 LogLevel = Literal["debug", "info", "warning", "error"]
+LoadBalancing = Literal["round_robin", "pick_first"]
 Signal = Literal["context_pmi", "latent_audit", "lens_emergence", "context_mmd"]  # the surrogate's white-box signals
 
 DEFAULT_WARNING_TEMPLATE = (
@@ -166,6 +169,16 @@ class BatchingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class InferenceConfig:
+    """Where detection runs: local models (truthlens.models) or a remote detector pool (docs/detector-api.md)."""
+
+    remote: tuple[str, ...] = _checked((), check_grpc_target)  # [] = local models; else the pool's endpoints
+    deadline_ms: int = _bounded(4000, 1)  # one remote call, retries included
+    retries: int = _bounded(1, 0)  # further attempts on another endpoint after an unavailable/overloaded one
+    load_balancing: LoadBalancing = "round_robin"  # over the addresses one endpoint's name resolves to
+
+
+@dataclass(frozen=True, slots=True)
 class LightweightModeConfig:
     pass
 
@@ -216,6 +229,7 @@ class TruthLensConfig:
     explainer: ExplainerConfig = _sub(ExplainerConfig)
     signals: SignalsConfig = _sub(SignalsConfig)
     batching: BatchingConfig = _sub(BatchingConfig)
+    inference: InferenceConfig = _sub(InferenceConfig)
     modes: ModesConfig = _sub(ModesConfig)
 
 

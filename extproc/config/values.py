@@ -40,6 +40,12 @@ def check_listen_address(value: str) -> str | None:
     return None if check_host_port(value) is None else "host:port or unix:/path"
 
 
+def check_grpc_target(value: str) -> str | None:
+    """A detector-pool endpoint: `host:port`, or `dns:///host:port` (every address the name resolves to)."""
+    host_port = value[len("dns:///"):] if value.startswith("dns:///") else value
+    return None if check_host_port(host_port) is None else "host:port or dns:///host:port"
+
+
 def check_http_url(value: str) -> str | None:
     try:
         parts = urlsplit(value)

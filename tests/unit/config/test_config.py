@@ -297,3 +297,17 @@ def test_condition_keys_required_by_type_reject_null() -> None:
         "decisions[0].rules.conditions[0].name: expected a string, got null",
         "decisions[0].rules.conditions[1].keywords: expected a list of strings, got null",
     ]
+
+
+def test_remote_inference_keys_validate_and_skip_local_model_warnings(tmp_path: Path) -> None:
+    cfg = parse_config({"truthlens": {"inference": {"remote": ["10.0.0.1:50052", "dns:///pool.ns.svc:50052"]},
+                                      "models": {"detector": str(tmp_path / "missing")}}})
+    assert cfg.truthlens.inference.remote == ("10.0.0.1:50052", "dns:///pool.ns.svc:50052")
+    assert config_warnings(cfg) == []  # the pool loads the models
+    slow = parse_config({"truthlens": {"inference_timeout_ms": 1000, "inference": {"remote": ["a:1"], "deadline_ms": 1000}}})
+    assert config_warnings(slow)[0].startswith("truthlens.inference.deadline_ms: 1000 is not below")
+    assert errors_of({"truthlens": {"inference": {"remote": ["pool"], "retries": -1, "load_balancing": "random"}}}) == [
+        "truthlens.inference.remote[0]: expected host:port or dns:///host:port, got 'pool'",
+        "truthlens.inference.retries: expected an integer >= 0, got -1",
+        "truthlens.inference.load_balancing: expected one of round_robin | pick_first, got 'random'",
+    ]
