@@ -6,7 +6,8 @@ threshold (`extproc.inference.latent_audit`), checks the 16-bit fixed-point scor
 float on the same answers, writes the file (it records the surrogate's GGUF sha256: the
 sidecar refuses it for another model) and prints a JSON report. Use labelled answers written by
 real models (the format of `truthlens eval`): the threshold is only as good as that data.
-Exit 2 on bad input, 1 when the surrogate cannot be loaded or the fit fails.
+Exit 2 on bad input, 1 when the surrogate cannot be loaded, the fit fails or scikit-learn (the `eval`
+extra) is missing.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from extproc.evaluation.dataset import DatasetError, load_jsonl
-    from extproc.evaluation.metrics import auroc
+    from extproc.evaluation.metrics import EVAL_EXTRA, auroc, missing_eval_packages
     from extproc.inference.latent_audit import (
         AuditError,
         FixedPointAudit,
@@ -43,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
     from extproc.inference.runtime import RuntimeOptions
     from extproc.inference.surrogate import SurrogateLM
 
+    if "sklearn" in missing_eval_packages():  # the report's AUROC
+        print(f"error: truthlens calibrate needs scikit-learn, in the eval extra: {EVAL_EXTRA}", file=sys.stderr)
+        return 1
     try:
         examples = [e for e in load_jsonl(args.data) if e.context]
     except DatasetError as exc:

@@ -2,7 +2,7 @@
 
 Writes the full report (overall, per task, definitions, settings) as JSON and
 prints a table. Exit 0 on success, 2 on bad input (every bad line is listed),
-1 when the models cannot be loaded.
+1 when the models cannot be loaded or the `eval` extra (scikit-learn, tqdm) is missing.
 """
 
 from __future__ import annotations
@@ -60,8 +60,14 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from extproc.evaluation.dataset import DatasetError, load_jsonl
+    from extproc.evaluation.metrics import EVAL_EXTRA, missing_eval_packages
     from extproc.evaluation.scorer import ScorerError, open_scorer
 
+    missing = missing_eval_packages()
+    if missing:  # before reading data or loading models
+        print(f"error: truthlens eval needs the eval extra ({', '.join(missing)} not installed): {EVAL_EXTRA}",
+              file=sys.stderr)
+        return 1
     try:
         examples = load_jsonl(args.data)
     except DatasetError as exc:

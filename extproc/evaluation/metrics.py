@@ -1,4 +1,8 @@
-"""Evaluation metrics for span-level hallucination detection (pure numpy).
+"""Evaluation metrics for span-level hallucination detection.
+
+ROC metrics come from scikit-learn (the `eval` extra), imported on first use so that
+`truthlens detect` and the modules the serving code shares with it load without it. The span,
+character and token counts below have no scikit-learn equivalent and stay here.
 
 Every ratio whose denominator is zero is reported as `None` (JSON null) rather
 than 0 or 1: "the detector flagged nothing on a set with no hallucinations" is
@@ -140,8 +144,37 @@ def token_confusion(
     return counts
 
 
+EVAL_EXTRA = "pip install 'truthlens[eval]'"
+
+
+def missing_eval_packages() -> list[str]:
+    """Import names of the `eval` extra's packages that are not installed (empty when all are)."""
+    import importlib.util
+
+    return [m for m in ("sklearn", "tqdm") if importlib.util.find_spec(m) is None]
+
+
+def sklearn_metrics():  # type: ignore[no-untyped-def]
+    """`sklearn.metrics`, or an ImportError that names the extra to install."""
+    try:
+        from sklearn import metrics
+    except ImportError as exc:
+        raise ImportError(f"ROC/PR metrics need scikit-learn, in the eval extra: {EVAL_EXTRA}") from exc
+    return metrics
+
+
+def finite_order(scores: np.ndarray) -> np.ndarray:
+    """`scores` itself when every value is finite, else their dense ranks (same order, same ties).
+
+    scikit-learn rejects infinite scores; ROC and threshold sweeps depend only on the order.
+    """
+    if np.isfinite(scores).all():
+        return scores
+    return np.unique(scores, return_inverse=True)[1].reshape(scores.shape).astype(np.float64)
+
+
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
-    """Area under the ROC curve via the Mann-Whitney U statistic (ties get average ranks).
+    """Area under the ROC curve (scikit-learn's `roc_auc_score`; tied scores count half).
 
     None when only one class is present: the curve is undefined, and 0.5 would
     pretend a measurement was made.
@@ -151,25 +184,9 @@ def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
     if s.shape != y.shape:
         raise ValueError(f"{s.size} scores but {y.size} labels")
     n_pos = int(y.sum())
-    n_neg = int(y.size - n_pos)
-    if n_pos == 0 or n_neg == 0:
+    if n_pos == 0 or n_pos == y.size:
         return None
-    ranks = _average_ranks(s)
-    u = ranks[y].sum() - n_pos * (n_pos + 1) / 2.0
-    return float(u / (n_pos * n_neg))
-
-
-def _average_ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks; tied values share the mean of the ranks they span."""
-    order = np.argsort(values, kind="mergesort")
-    sorted_vals = values[order]
-    # boundaries of runs of equal values in sorted order
-    starts = np.flatnonzero(np.r_[True, sorted_vals[1:] != sorted_vals[:-1]])
-    ends = np.r_[starts[1:], sorted_vals.size]
-    avg = (starts + ends + 1) / 2.0  # mean of ranks start+1 .. end
-    ranks = np.empty(values.size, dtype=np.float64)
-    ranks[order] = np.repeat(avg, ends - starts)
-    return ranks
+    return float(sklearn_metrics().roc_auc_score(y, finite_order(s)))
 
 
 def latency_summary(values_ms: Sequence[float]) -> dict[str, float | int | None]:

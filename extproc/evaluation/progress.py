@@ -1,15 +1,13 @@
-"""A dependency-free progress bar on stderr, drawn only on a terminal.
+"""The `truthlens eval` progress bar: tqdm on stderr, drawn only when asked (by default on a terminal).
 
-`truthlens eval` ships with the base package, which does not depend on tqdm;
-redirected or piped stderr (CI logs, subprocess tests) gets no carriage-return
-noise at all.
+tqdm comes with the `eval` extra and is imported only when a bar is drawn; redirected or piped
+stderr (CI logs, subprocess tests) gets no carriage-return noise at all.
 """
 
 from __future__ import annotations
 
 import sys
-import time
-from typing import TextIO
+from typing import Any, TextIO
 
 
 class Progress:
@@ -19,8 +17,11 @@ class Progress:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.done = 0
-        self._start = time.perf_counter()
-        self._last_draw = 0.0
+        self._bar: Any = None
+        if enabled:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=label, unit="ex", file=self.stream, mininterval=0.1, dynamic_ncols=True)
 
     @staticmethod
     def auto(mode: str, stream: TextIO | None = None) -> bool:
@@ -34,34 +35,9 @@ class Progress:
 
     def update(self, n: int = 1) -> None:
         self.done += n
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if now - self._last_draw >= 0.1 or self.done >= self.total:
-            self._last_draw = now
-            self._draw(now)
+        if self._bar is not None:
+            self._bar.update(n)
 
     def close(self) -> None:
-        if self.enabled:
-            self._draw(time.perf_counter())
-            self.stream.write("\n")
-            self.stream.flush()
-
-    def _draw(self, now: float) -> None:
-        elapsed = max(now - self._start, 1e-9)
-        rate = self.done / elapsed
-        frac = self.done / self.total if self.total else 1.0
-        width = 30
-        filled = int(round(frac * width))
-        eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        self.stream.write(
-            f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}"
-            f" {rate:.1f} ex/s eta {_fmt(eta)}  "
-        )
-        self.stream.flush()
-
-
-def _fmt(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+        if self._bar is not None:
+            self._bar.close()

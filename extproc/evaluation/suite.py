@@ -4,17 +4,20 @@ Every candidate (a model, a baseline) is reduced to one `Scored` per example: a 
 (higher = more likely hallucinated) and, optionally, predicted character spans. A row of the
 report is one candidate on one set's test part at ONE operating threshold, chosen on the pooled
 dev parts of the selection sets (never per set, never on test): that is what a deployment with
-one config value gets. Pure Python + numpy; the driver that loads data and runs models is
+one config value gets. Python, numpy and scikit-learn; the driver that loads data and runs models is
 `bench/real_output_suite.py`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from extproc.evaluation.metrics import CharOverlap, Confusion, auroc
+import numpy as np
+
+from extproc.evaluation.metrics import CharOverlap, Confusion, auroc, finite_order, sklearn_metrics
 from extproc.inference.spans import merge_tokens, snap_to_words
 
 SUITE_SALT = "truthlens-suite"
@@ -75,24 +78,30 @@ def best_f1_threshold(scores: Sequence[float], gold: Sequence[bool], max_faithfu
     at most `max_faithful_flagged` of the faithful answers; ties go to the higher t.
 
     Without the cap a weak score's best F1 is usually "flag nearly everything", which users feel as
-    a false alarm on every faithful answer.
+    a false alarm on every faithful answer. The sweep over distinct scores is scikit-learn's
+    `roc_curve` (every threshold kept); F1 comes from its counts.
     """
-    pairs = sorted(zip(scores, gold), key=lambda p: -p[0])
-    positives = sum(gold)
-    negatives = len(pairs) - positives
-    if not pairs or positives == 0:
+    y = np.asarray(gold, dtype=bool)
+    s = np.asarray(scores, dtype=np.float64)
+    positives = int(y.sum())
+    negatives = int(y.size - positives)
+    if y.size == 0 or positives == 0:
         return float("inf")
-    best_f1, best_t, tp, fp = -1.0, float("inf"), 0, 0
-    for i, (s, g) in enumerate(pairs):
-        tp += int(g)
-        fp += int(not g)
-        if i + 1 < len(pairs) and pairs[i + 1][0] == s:
-            continue  # a threshold cannot split tied scores
-        if negatives and fp / negatives > max_faithful_flagged:
-            break
-        f1 = 2 * tp / (tp + fp + positives)
+    order = finite_order(s)
+    with warnings.catch_warnings():  # no faithful answers: sklearn warns that the FPR is undefined
+        warnings.simplefilter("ignore")
+        fpr, tpr, cut = sklearn_metrics().roc_curve(y, order, drop_intermediate=False)
+    # point 0 is roc_curve's "flag nothing" (threshold +inf); the rest go from the highest score down
+    tp = np.rint(tpr[1:] * positives).astype(np.int64)
+    fp = np.rint(fpr[1:] * negatives).astype(np.int64) if negatives else np.zeros(tp.size, dtype=np.int64)
+    cut = cut[1:] if order is s else np.unique(s)[cut[1:].astype(np.int64)]
+    best_f1, best_t = -1.0, float("inf")
+    for t, tp_i, fp_i in zip(cut.tolist(), tp.tolist(), fp.tolist()):
+        if negatives and fp_i / negatives > max_faithful_flagged:
+            break  # fp only grows as t falls
+        f1 = 2 * tp_i / (tp_i + fp_i + positives)
         if f1 > best_f1 + 1e-12:
-            best_f1, best_t = f1, s
+            best_f1, best_t = f1, t
     return float(best_t)
 
 

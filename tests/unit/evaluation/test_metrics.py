@@ -110,3 +110,16 @@ def test_latency_summary() -> None:
     assert m["p50"] == pytest.approx(50.5) and m["p95"] == pytest.approx(95.05)
     assert m["max"] == 100.0 and m["count"] == 100
     assert latency_summary([])["p50"] is None
+
+
+def test_missing_scikit_learn_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+    import sys
+
+    from extproc.commands import eval as eval_cmd
+
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn -> ImportError
+    with pytest.raises(ImportError, match=r"truthlens\[eval\]"):
+        auroc([0.1, 0.9], [False, True])
+    monkeypatch.setattr("extproc.evaluation.metrics.missing_eval_packages", lambda: ["sklearn"])
+    assert eval_cmd.run(argparse.Namespace(data="unused.jsonl")) == 1
