@@ -13,8 +13,9 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
+
+from extproc.devtools.processes import terminate, wait_grpc_serving, wait_http_ok
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -97,54 +98,6 @@ def run(args: argparse.Namespace) -> int:
         for f in workdir.iterdir():
             f.unlink()
         workdir.rmdir()
-
-
-def terminate(p: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def wait_grpc_serving(address: str, timeout: float, proc: subprocess.Popen[bytes] | None = None,
-                      stop: threading.Event | None = None) -> bool:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if (proc is not None and proc.poll() is not None) or (stop is not None and stop.is_set()):
-                return False
-            try:
-                r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return True
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    return False
-
-
-def wait_http_ok(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None,
-                 stop: threading.Event | None = None) -> bool:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (proc is not None and proc.poll() is not None) or (stop is not None and stop.is_set()):
-            return False
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    return False
 
 
 def usage(port: int) -> str:

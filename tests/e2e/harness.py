@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from extproc.commands.dev import terminate, wait_grpc_serving, wait_http_ok
+from extproc.devtools.processes import terminate, wait_grpc_serving, wait_http_ok
 from extproc.devtools.envoy_config import EnvoyOptions, resolve_envoy_binary, write_config
 from extproc.inference.api import DetectionResult, ModelInfo, Overloaded, SentinelResult, Span
 from extproc.server import ServerOptions, SidecarServer
