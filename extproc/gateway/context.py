@@ -1,38 +1,20 @@
-"""RequestContext: everything one HTTP request teaches the sidecar, from request headers to the
-last response chunk.
+"""RequestContext: what the request taught the sidecar, read by the response phase and by mitigation.
 
-One object per ext_proc gRPC stream, created when request headers arrive and referenced only by
-the stream handler's local variable: when the stream ends for any reason (done, client gone,
-Envoy reset) the object is garbage. There is deliberately no registry keyed by request id, so
-nothing can leak.
+Owned by one ChatExchange (extproc.gateway.exchange), itself referenced only by its stream's
+handler: when the stream ends for any reason (done, client gone, Envoy reset) both are garbage.
+There is deliberately no registry keyed by request id, so nothing can leak.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
-from extproc.inference.api import DetectionResult, SentinelResult
+from extproc.inference.api import DetectionResult
+from extproc.policy.decisions import Decision
 from extproc.protocol.envoy import header_text, headers_dict
-
-
-class Route(Enum):
-    """What the gateway does with this request, decided as early as possible."""
-
-    PASSTHROUGH = "passthrough"  # not a chat completion: no body work, no verdict headers
-    CHAT = "chat"  # judged (or explicitly marked) chat completion
-
-
-class BodyKind(Enum):
-    UNKNOWN = "unknown"
-    JSON = "json"  # buffered chat.completion
-    SSE = "sse"  # streamed chat.completion.chunk events
-    BUFFERED_SSE = "buffered_sse"  # stream buffered whole (action=block needs the full answer)
-    OTHER = "other"
 
 
 @dataclass(slots=True)
@@ -42,43 +24,15 @@ class RequestContext:
     # The request headers as Envoy sent them (ext_proc HttpHeaders). Decoded into a dict only when
     # something reads `request_headers` or `request_id`: on the common path nothing does.
     http_headers: Any = None
-    route: Route = Route.PASSTHROUGH
     started: float = field(default_factory=time.perf_counter)
-
-    # policy
-    decision: Any = None  # extproc.policy.decisions.Decision (name, enabled, mode, action, threshold)
-    # request body
-    request_done: bool = False  # the request body phase finished (else the verdict is unchecked/error)
-    # Our last reply told Envoy to send nothing more (SKIP_REST, or the verdict was fixed before the
-    # answer and the response body is not wanted): the stream can end without waiting for Envoy.
-    exchange_done: bool = False
+    decision: Decision | None = None  # chosen by policy in the request phase
     question: str | None = None
     system_prompt: str | None = None
     grounding: tuple[str, ...] = ()
-    stream_requested: bool = False
     request_body: bytes | None = None  # the upstream request, kept only for standard/premium modes
-    model: str | None = None
-    sentinel: SentinelResult | None = None
-    sentinel_task: asyncio.Task[None] | None = None  # runs while the request is with the LLM
-    sentinel_ms: float = 0.0  # compute time (overlapped with the upstream, so not "added" latency)
-    ungrounded_reason: str | None = None  # set when the request has no grounding (-> unverified)
-    # a status fixed before the response arrives (disabled, skipped, unverified, unchecked)
-    early_status: str | None = None
-    early_reason: str | None = None
-    # response
-    response_status: int = 0
-    content_type: str = ""
-    content_encoding: str = ""
-    body_kind: BodyKind = BodyKind.UNKNOWN
-    sse: Any = None  # extproc.protocol.sse assembler while streaming
-    sse_held: bytes = b""  # bytes of an SSE frame split across chunks, forwarded once complete
-    sse_done: bool = False  # verdict event already emitted
     answers: tuple[str | None, ...] = ()  # per choice position, as judged
-    detection: DetectionResult | None = None  # the worst choice's result
     choice_results: dict[int, DetectionResult] = field(default_factory=dict)  # by answer position
-    iterations: int = 0
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    verdict: Any = None  # extproc.policy.verdict.Verdict once decided
+    timings_ms: dict[str, float] = field(default_factory=dict)  # stage -> time TruthLens spent on it
     _headers: dict[str, str] | None = None
     _request_id: str | None = None
 
@@ -129,18 +83,7 @@ class RequestContext:
         self.timings_ms[stage] = self.timings_ms.get(stage, 0.0) + (now - since) * 1000.0
         return now
 
-    def fix_status(self, status: str, reason: str | None = None) -> None:
-        """The verdict is decided before the response: no response body work is needed."""
-        if self.early_status is None:
-            self.early_status = status
-            self.early_reason = reason
-
-    def cancel_pending(self) -> None:
-        """The stream ended early: stop work nobody will read."""
-        if self.sentinel_task is not None and not self.sentinel_task.done():
-            self.sentinel_task.cancel()
-        self.sentinel_task = None
-
     @property
-    def elapsed_ms(self) -> float:
-        return (time.perf_counter() - self.started) * 1000.0
+    def spent_ms(self) -> float:
+        """The time TruthLens added to this request so far (what verdicts report as latency)."""
+        return sum(self.timings_ms.values())

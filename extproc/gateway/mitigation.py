@@ -99,7 +99,7 @@ class Mitigator:
             result = verdict, None
         ctx.mark("mitigate", t0)
         final, new_body = result
-        return replace(final, latency_ms=sum(ctx.timings_ms.values())), new_body
+        return replace(final, latency_ms=ctx.spent_ms), new_body
 
     async def _run(self, ctx: RequestContext, body: bytes, verdict: Verdict) -> tuple[Verdict, bytes | None]:
         if ctx.decision.mode == "standard":
@@ -140,7 +140,6 @@ class Mitigator:
             return verdict, None
         choice["message"]["content"] = answer
         ctx.choice_results[pos] = result
-        ctx.detection = result
         return Verdict.checked(ctx.decision, result, iterations=passes), dump_json(response)
 
     def _caller_auth(self, ctx: RequestContext) -> dict[str, str]:
@@ -195,7 +194,6 @@ class Mitigator:
         result = DetectionResult(score=min(original.score, against.score), spans=confirmed,
                                  latency_ms=original.latency_ms + against.latency_ms)
         ctx.choice_results[pos] = result
-        ctx.detection = result
         return Verdict.checked(ctx.decision, result, iterations=2)
 
     async def close(self) -> None:

@@ -1,8 +1,10 @@
 """The ext_proc stream loop: one gRPC stream = one HTTP request, dispatched phase by phase.
 
-The RequestContext is a local of `Process`, so a stream that ends early (client gone, Envoy
-reset, cancellation) leaves nothing behind. An exception inside a phase never breaks the
-request: that phase answers "continue unchanged" and the verdict says unchecked/error.
+The loop only dispatches: each stream gets its own ChatExchange (extproc.gateway.exchange), a
+local of `Process`, whose phase methods build the replies; the loop writes them. A stream that
+ends early (client gone, Envoy reset, cancellation) leaves nothing behind. An exception inside a
+phase never breaks the request: the exchange's `error_reply` answers "continue unchanged" and the
+verdict says unchecked/error.
 """
 
 from __future__ import annotations
@@ -14,12 +16,10 @@ from typing import Any, AsyncIterator
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from extproc.gateway import stream_sse
-from extproc.gateway.context import BodyKind, RequestContext, Route
-from extproc.policy.actions import plan_actions
+from extproc.gateway.exchange import ChatExchange, Route
+from extproc.gateway.replies import EarlyReplies, continue_reply
 from extproc.policy.verdict import Status, UncheckedReason, Verdict
 from extproc.protocol import envoy as ev
-from extproc.gateway.stream_phases import NO_RESPONSE_BODY_MODE, Phases
 from extproc.telemetry.logging import bind_request, unbind_request
 from extproc.gateway.wiring import GatewayRuntime
 
@@ -29,13 +29,13 @@ log = logging.getLogger("truthlens.service")
 class TruthLensService(pb_grpc.ExternalProcessorServicer):
     def __init__(self, rt: GatewayRuntime) -> None:
         self.rt = rt
-        self.phases = Phases(rt)
+        self.early_replies = EarlyReplies()  # shared by every stream of this process
         self.active_streams = 0  # a gauge, not a registry: nothing per request is kept here
 
     async def Process(  # noqa: N802 - gRPC method name
         self, request_iterator: AsyncIterator[pb.ProcessingRequest], context: object
     ) -> AsyncIterator[pb.ProcessingResponse]:
-        ctx: RequestContext | None = None
+        ex: ChatExchange | None = None
         log_token = None
         self.active_streams += 1
         outcome = "aborted"
@@ -44,112 +44,69 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
             async for req in messages:
                 phase = req.WhichOneof("request")
                 if phase == "request_headers":
-                    ctx, reply = self._start(req.request_headers)
-                    if ctx is not None and ctx.route is Route.CHAT:  # every log line of this stream gets the id
-                        log_token = bind_request(ctx)  # read from ctx only when a line is logged
-                    yield reply
-                    if ctx is not None and ctx.exchange_done:
-                        break
-                    continue
-                if ctx is None:  # Envoy always starts with request headers; be defensive anyway
-                    yield continue_reply(phase)
-                    continue
-                reply = self._reply_now(ctx, phase, req)
-                if reply is None:  # this phase may wait (a model, a mitigation LLM call)
-                    if (phase == "response_body" and ctx.body_kind is BodyKind.JSON
-                            and self.phases.wants_mitigation(ctx)):
-                        # standard/premium may re-ask an LLM: ask Envoy for more than message_timeout first
-                        yield ev.timeout_extension_response(self.rt.mitigator.budget_s(ctx.decision.mode))
-                    reply = await self._dispatch(ctx, phase, req)
+                    ex, reply = self._start(req.request_headers)
+                    if ex is not None and ex.route is Route.CHAT:  # every log line of this stream gets the id
+                        log_token = bind_request(ex.ctx)  # read from the context only when a line is logged
+                elif ex is None:  # Envoy always starts with request headers; be defensive anyway
+                    reply = continue_reply(phase)
+                else:
+                    try:
+                        if phase == "request_body":
+                            reply = ex.request_body(req.request_body)
+                        elif phase == "response_headers":
+                            if ex.sentinel_pending:
+                                await ex.await_sentinel()
+                            reply = ex.response_headers(req.response_headers)
+                        elif phase == "response_body":
+                            budget = ex.mitigation_budget_s()
+                            if budget:  # standard/premium may re-ask an LLM: ask Envoy for more time first
+                                yield ev.timeout_extension_response(budget)
+                            reply = await ex.response_body(req.response_body)
+                        else:
+                            reply = continue_reply(phase)
+                    except Exception:  # noqa: BLE001 - the request must survive any bug of ours
+                        reply = ex.error_reply(phase)
                 yield reply
-                if ctx.exchange_done:
+                if ex is not None and ex.done:
                     # Envoy sends nothing more on this stream: closing it now spares both sides
                     # the end-of-stream round (Envoy goes on without us after a clean close).
                     break
             outcome = "completed"
-            if ctx is not None and ctx.exchange_done:
+            if ex is not None and ex.done:
                 await close_reader(messages)
         finally:
             self.active_streams -= 1
-            if ctx is not None:
-                ctx.cancel_pending()
-            self._finish(ctx, outcome)
+            if ex is not None:
+                ex.cancel_pending()
+            self._finish(ex, outcome)
             if log_token is not None:
                 try:
                     unbind_request(log_token)
                 except ValueError:  # finalized from another context (generator closed late): nothing to undo there
                     pass
 
-    def _start(self, http: pb.HttpHeaders) -> tuple[RequestContext | None, pb.ProcessingResponse]:
+    def _start(self, http: pb.HttpHeaders) -> tuple[ChatExchange | None, pb.ProcessingResponse]:
         try:
-            return self.phases.request_headers(http)
+            ex = ChatExchange(self.rt, self.early_replies, http)
+            return ex, ex.request_headers(http)
         except Exception:  # noqa: BLE001
             log.exception("request_headers failed; passing the request through")
             return None, continue_reply("request_headers")
 
-    def _reply_now(self, ctx: RequestContext, phase: str, req: pb.ProcessingRequest) -> pb.ProcessingResponse | None:
-        """The phases that never wait, answered without a coroutine (most messages); None: use `_dispatch`."""
-        try:
-            if phase == "request_body":
-                return self.phases.request_body(ctx, req.request_body)
-            if phase == "response_headers" and ctx.sentinel_task is None:
-                return self.phases.response_headers_now(ctx, req.response_headers)
-            return None
-        except Exception:  # noqa: BLE001 - the request must survive any bug of ours
-            return self._error_reply(ctx, phase)
-
-    async def _dispatch(self, ctx: RequestContext, phase: str, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
-        try:
-            if phase == "response_headers":
-                return await self.phases.response_headers(ctx, req.response_headers)
-            if phase == "response_body":
-                kind = ctx.body_kind
-                if kind is BodyKind.SSE:
-                    return await stream_sse.on_chunk(self.phases, ctx, req.response_body)
-                if kind is BodyKind.JSON:
-                    return await self.phases.response_json(ctx, req.response_body)
-                if kind is BodyKind.BUFFERED_SSE:
-                    return await stream_sse.on_buffered_stream(self.phases, ctx, req.response_body)
-            return continue_reply(phase)
-        except Exception:  # noqa: BLE001 - the request must survive any bug of ours
-            return self._error_reply(ctx, phase)
-
-    def _error_reply(self, ctx: RequestContext, phase: str) -> pb.ProcessingResponse:
-        """For a phase that raised (call it from the `except`): log the error, pass the body on unchanged,
-        set verdict headers (unchecked/error) where they can still be set."""
-        log.exception("request %s: %s failed; passing through unchecked", ctx.request_id, phase)
-        if ctx.decision is None or phase not in ("response_headers", "response_body") or ctx.body_kind is BodyKind.SSE:
-            return continue_reply(phase)
-        ctx.verdict = Verdict.unchecked(ctx.decision, UncheckedReason.ERROR, latency_ms=sum(ctx.timings_ms.values()))
-        headers = plan_actions(ctx.verdict, ctx.decision, self.rt.config.truthlens).headers
-        if phase == "response_headers":
-            return ev.response_headers_response(headers, (), NO_RESPONSE_BODY_MODE)
-        return ev.response_body_response(None, headers)
-
-    def _finish(self, ctx: RequestContext | None, outcome: str) -> None:
-        if ctx is None or ctx.route is not Route.CHAT:
+    def _finish(self, ex: ChatExchange | None, outcome: str) -> None:
+        if ex is None or ex.route is not Route.CHAT:
             return
-        v = ctx.verdict
+        v, ctx = ex.verdict, ex.ctx
         if self.rt.metrics is not None and v is not None:
             try:
-                sentinel_by = ctx.sentinel.by if ctx.sentinel is not None else "model"
-                record_verdict(self.rt.metrics, v, ctx.timings_ms, ctx.sentinel_ms, sentinel_by)
+                sentinel_by = ex.sentinel.by if ex.sentinel is not None else "model"
+                record_verdict(self.rt.metrics, v, ctx.timings_ms, ex.sentinel_ms, sentinel_by)
             except Exception:  # noqa: BLE001 - telemetry must never fail a request
                 log.debug("metrics failed", exc_info=True)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("request %s done: status=%s outcome=%s timings=%s total_ms=%.1f", ctx.request_id,
                       v.status if v is not None else "none", outcome, ctx.timings_ms,
                       (time.perf_counter() - ctx.started) * 1000)
-
-
-_CONTINUE = {
-    "request_headers": ev.request_headers_response(),
-    "request_body": ev.request_body_response(None),
-    "response_headers": ev.response_headers_response(),
-    "response_body": ev.response_body_response(None),
-    "request_trailers": pb.ProcessingResponse(request_trailers=pb.TrailersResponse()),
-    "response_trailers": pb.ProcessingResponse(response_trailers=pb.TrailersResponse()),
-}
 
 
 async def close_reader(messages: AsyncIterator[pb.ProcessingRequest]) -> None:
@@ -161,11 +118,6 @@ async def close_reader(messages: AsyncIterator[pb.ProcessingRequest]) -> None:
     aclose = getattr(messages, "aclose", None)
     if aclose is not None:
         await aclose()
-
-
-def continue_reply(phase: str) -> pb.ProcessingResponse:
-    """'Go on unchanged' for any phase (shared prebuilt messages: never mutate them)."""
-    return _CONTINUE[phase]
 
 
 # Stages worth a latency histogram: each can take milliseconds. The request phase itself

@@ -103,10 +103,6 @@ def filter_spans(text: str, raw: Sequence[RawSpan], f: SpanFilter) -> list[RawSp
     ]
 
 
-def to_api_spans(text: str, raw: Sequence[RawSpan]) -> list[Span]:
-    return [Span(start=s.start, end=s.end, text=text[s.start:s.end], score=s.score, tokens=len(s.probs)) for s in raw]
-
-
 def response_score(raw: Sequence[RawSpan], method: str) -> float:
     """noisy_or: 1 - prod(1 - p) over the flagged tokens of kept spans; max_span: best span score.
     ("fused" is scored per sentence: `sentence_doubt`.)"""

@@ -17,7 +17,6 @@ from extproc.inference.api import Span
 from extproc.policy.decisions import Decision
 from extproc.policy.verdict import Status, Verdict, top_spans
 
-HEADER_PREFIX = "x-truthlens-"
 LATENCY_HEADER = "x-truthlens-latency-ms"
 SPANS_HEADER_MAX_SPANS = 16
 SPANS_HEADER_MAX_BYTES = 1024
@@ -47,11 +46,6 @@ class ActionPlan:
     headers: Headers = ()  # add to the response (action none: nothing)
     warning: str | None = None  # append to every choice's content (action warn)
     block: BlockResponse | None = None  # replace the response (action block)
-
-
-def is_truthlens_header(name: str) -> bool:
-    """Clients must not be able to spoof verdict headers: strip these from requests."""
-    return name.lower().startswith(HEADER_PREFIX)
 
 
 def plan_actions(verdict: Verdict, decision: Decision, tl: TruthLensConfig) -> ActionPlan:

@@ -151,6 +151,3 @@ def compile_policy(cfg: Config) -> Policy:
     _POLICIES[id(cfg)] = (cfg, policy)
     return policy
 
-
-def select_decision(cfg: Config, facts: RequestFacts) -> Decision:
-    return compile_policy(cfg).select(facts)

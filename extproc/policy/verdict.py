@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from extproc.inference.api import DetectionResult, Span
 from extproc.policy.decisions import Decision
@@ -76,13 +76,13 @@ class Verdict:              # because one is built per request and frozen constr
 
     @classmethod
     def unverified(
-        cls, decision: Decision, reason: UnverifiedReason = UnverifiedReason.NO_CONTEXT, latency_ms: float = 0.0
+        cls, decision: Decision, reason: str = UnverifiedReason.NO_CONTEXT, latency_ms: float = 0.0
     ) -> Verdict:
         return cls(Status.UNVERIFIED, decision.mode, decision.name, reason, latency_ms=latency_ms)
 
     @classmethod
     def unchecked(
-        cls, decision: Decision, reason: UncheckedReason, latency_ms: float = 0.0, iterations: int = 0
+        cls, decision: Decision, reason: str, latency_ms: float = 0.0, iterations: int = 0
     ) -> Verdict:
         return cls(
             Status.UNCHECKED, decision.mode, decision.name, reason, iterations=iterations, latency_ms=latency_ms
@@ -114,3 +114,42 @@ def top_spans(spans: Sequence[Span], limit: int) -> list[Span]:
     """The `limit` highest-scoring spans, back in answer order (what summaries show)."""
     best = sorted(spans, key=lambda s: -s.score)[: max(limit, 0)]
     return sorted(best, key=lambda s: (s.start, s.end))
+
+
+def early_verdict(decision: Decision, status: Status, reason: str | None, latency_ms: float) -> Verdict:
+    """A verdict fixed before the answer arrived (disabled, skipped, unverified, unchecked)."""
+    if status == Status.DISABLED:
+        return Verdict.disabled(decision)
+    if status == Status.SKIPPED:
+        return Verdict.skipped(decision, latency_ms=latency_ms)
+    if status == Status.UNVERIFIED:
+        return Verdict.unverified(decision, reason or UnverifiedReason.NO_CONTEXT, latency_ms)
+    return Verdict.unchecked(decision, reason or UncheckedReason.ERROR, latency_ms=latency_ms)
+
+
+def worst_choice_verdict(decision: Decision, by_choice: Mapping[int, DetectionResult], latency_ms: float) -> Verdict:
+    """Several choices were judged: the response's verdict follows the worst one."""
+    worst = max(by_choice.values(), key=lambda r: r.score)
+    return Verdict.checked(decision, worst, iterations=1, latency_ms=latency_ms)
+
+
+def verdict_payload(v: Verdict) -> dict[str, object]:
+    """The verdict as JSON (the `truthlens` object of the final SSE event): the same facts as the headers."""
+    out: dict[str, object] = {
+        "enabled": v.enabled,
+        "status": str(v.status),
+        "mode": v.mode,
+        "decision": v.decision,
+        "reason": None if v.reason is None else str(v.reason),
+        "iterations": v.iterations,
+        "latency_ms": round(v.latency_ms, 1),
+    }
+    if v.status is Status.CHECKED:
+        out["score"] = round(v.score or 0.0, 4)
+        out["detected"] = v.detected
+        out["signals"] = list(v.signals)
+        out["spans"] = [
+            {"start": s.start, "end": s.end, "text": s.text, "score": round(s.score, 4), "label": s.nli_label}
+            for s in v.spans
+        ]
+    return out

@@ -10,7 +10,7 @@ Public API (all return ``ProcessingResponse`` unless said otherwise):
 - ``immediate_response(status, headers=(), body=b"", details="")``
 - ``timeout_extension_response(seconds)``  (asks Envoy for more time on the current message)
 - ``headers_dict(headers) -> dict[str, str]``, ``header_text(header) -> str``,
-  ``truthlens_header_names(headers) -> tuple[str, ...]``, ``request_phase(request) -> str``
+  ``truthlens_header_names(headers) -> tuple[str, ...]``
 - Modes: ``processing_mode(...)``, ``STREAMED_RESPONSE_MODE``, ``SKIP_REST_MODE``.
 
 ``set_headers`` is a mapping or an iterable of ``(name, value)`` pairs (value ``str`` or
@@ -52,7 +52,6 @@ __all__ = [
     "processing_mode",
     "request_body_response",
     "request_headers_response",
-    "request_phase",
     "response_body_response",
     "response_headers_response",
     "streamed_chunk_response",
@@ -147,11 +146,6 @@ def truthlens_header_names(headers: ep.HttpHeaders | Mapping[str, str] | Iterabl
     if prefix not in "\n".join(names).lower():
         return ()
     return tuple(dict.fromkeys(low for low in map(str.lower, names) if low.startswith(prefix)))
-
-
-def request_phase(request: ProcessingRequest) -> str | None:
-    """Which oneof arm is set: request_headers, request_body, response_headers, response_body, ..."""
-    return request.WhichOneof("request")
 
 
 def _pairs(headers: HeaderInput) -> Iterable[tuple[str, str | bytes]]:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from contextlib import contextmanager
 from contextvars import ContextVar, Token
-from typing import Any, Iterator, Mapping, MutableMapping, TextIO
+from typing import Any, Mapping, MutableMapping, TextIO
 
 import structlog
 import structlog.tracebacks
@@ -157,14 +156,3 @@ def bind_request(source: Any) -> Token[Any]:
 def unbind_request(token: Token[Any]) -> None:
     _REQUEST.reset(token)
 
-
-@contextmanager
-def request_logging(request_id: str, **fields: Any) -> Iterator[None]:
-    token = bind_request(request_id)
-    extra: Mapping[str, Any] = structlog.contextvars.bind_contextvars(**fields) if fields else {}
-    try:
-        yield
-    finally:
-        if extra:
-            structlog.contextvars.reset_contextvars(**extra)
-        unbind_request(token)

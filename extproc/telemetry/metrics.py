@@ -124,9 +124,6 @@ class Metrics:
         for model, role in models:
             self._models.set(1, {"model": model, "role": role})
 
-    def set_model_unloaded(self, model: str, role: str) -> None:
-        self._models.set(0, {"model": model, "role": role})
-
     def exposition(self) -> bytes:
         """The Prometheus text format, exactly what /metrics serves."""
         return generate_latest(self.registry)

@@ -146,7 +146,7 @@ async def test_phase_exception_passes_through_unchecked(monkeypatch: pytest.Monk
     def boom(*_a: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("extproc.gateway.stream_phases.parse_chat_response", boom)
+    monkeypatch.setattr("extproc.gateway.exchange.parse_chat_response", boom)
     replies = await drive(svc, [req_headers(), req_body(CHAT), resp_headers(), resp_body(b'{"choices":[]}')])
     common = replies[3].response_body.response
     assert not common.HasField("body_mutation")
@@ -176,7 +176,7 @@ async def test_cancelled_stream_leaves_nothing_behind() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert svc.active_streams == 0
-    assert not [k for k in vars(svc) if k not in ("rt", "phases", "active_streams")]  # no per-request registry
+    assert not [k for k in vars(svc) if k not in ("rt", "early_replies", "active_streams")]  # no per-request registry
 
 
 async def test_verdicts_reach_the_metrics() -> None:
@@ -212,7 +212,7 @@ async def test_request_body_failure_makes_the_verdict_unchecked_error(monkeypatc
     def boom(*_a: object, **_k: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("extproc.gateway.stream_phases.parse_chat_request", boom)
+    monkeypatch.setattr("extproc.gateway.exchange.parse_chat_request", boom)
     replies = await drive(service(), [req_headers(), req_body(CHAT), resp_headers()])
     assert not replies[1].request_body.response.HasField("body_mutation")  # request went on unchanged
     h = set_headers(replies[2].response_headers.response)
@@ -232,7 +232,7 @@ async def test_request_body_failure_makes_the_verdict_unchecked_error(monkeypatc
     ],
 )
 def test_chat_route_detection(method: str, path: str, chat: bool) -> None:
-    from extproc.gateway.stream_phases import is_chat_route
+    from extproc.gateway.exchange import is_chat_route
 
     assert is_chat_route(method, path) is chat
 
@@ -277,7 +277,7 @@ async def test_stream_aborted_before_response_cancels_the_sentinel() -> None:
     seen: list[asyncio.Task] = []
 
     def sentinel_tasks() -> list[asyncio.Task]:
-        return [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "Phases._sentinel" and not t.done()]
+        return [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "ChatExchange._classify" and not t.done()]
 
     async def it() -> AsyncIterator[pb.ProcessingRequest]:
         yield req_headers()
@@ -318,7 +318,7 @@ async def test_early_verdict_replies_are_the_planned_headers_even_when_shared() 
     """Sub-millisecond early verdicts share prebuilt replies: each must still be exactly the plan."""
     from extproc.policy.actions import plan_actions
     from extproc.policy.verdict import Verdict
-    from extproc.gateway.stream_phases import SHARED_REPLY_MAX_MS
+    from extproc.gateway.replies import SHARED_REPLY_MAX_MS
 
     svc = service(ScriptedTestEngine(), {"decisions": [
         {"name": "quiet", "priority": 1, "rules": {"conditions": [{"type": "header", "name": "x-quiet"}]},
@@ -333,11 +333,14 @@ async def test_early_verdict_replies_are_the_planned_headers_even_when_shared() 
         assert got == dict(planned.headers)
         assert replies[2].mode_override.response_body_mode == Mode.NONE
     # a slow early verdict gets its own reply with its own latency, never a shared one
-    phases = svc.phases
-    slow = [phases._early_reply(Verdict.skipped(default, latency_ms=SHARED_REPLY_MAX_MS + d), default)
-            for d in (0.3, 5.0)]
+    early = svc.early_replies
+
+    def reply(v: Verdict):
+        return early.get(v, default, lambda: plan_actions(v, default, svc.rt.config.truthlens).headers)
+
+    slow = [reply(Verdict.skipped(default, latency_ms=SHARED_REPLY_MAX_MS + d)) for d in (0.3, 5.0)]
     assert [set_headers(r.response_headers.response)["x-truthlens-latency-ms"] for r in slow] == ["1.3", "6.0"]
-    fast = [phases._early_reply(Verdict.skipped(default, latency_ms=ms), default) for ms in (0.04, 0.02, 0.51)]
+    fast = [reply(Verdict.skipped(default, latency_ms=ms)) for ms in (0.04, 0.02, 0.51)]
     assert fast[0] is fast[1] and fast[0] is not fast[2]  # "0.0" twice, then "0.5"
     # a decision with action none gets no verdict headers at all, shared or not
     for _ in range(2):

@@ -11,7 +11,6 @@ from extproc.inference.spans import (
     sentence_bounds,
     sentence_for,
     snap_to_words,
-    to_api_spans,
 )
 
 TEXT = "Paris is big. Lyon has 9 million people."
@@ -62,11 +61,6 @@ def test_response_score_noisy_or_and_max_span():
     assert response_score([], "noisy_or") == 0.0
     with pytest.raises(ValueError, match="score_method"):
         response_score(raw, "mean")
-
-
-def test_api_spans_carry_text_and_token_count():
-    (span,) = to_api_spans(TEXT, [RawSpan(14, 18, (0.9, 0.8))])
-    assert (span.text, span.tokens, span.score) == ("Lyon", 2, pytest.approx(0.9))
 
 
 def test_sentence_holding_a_span():

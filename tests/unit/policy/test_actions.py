@@ -11,7 +11,6 @@ from extproc.inference.api import DetectionResult, Span
 from extproc.policy.actions import (
     SPANS_HEADER_MAX_BYTES,
     block_response,
-    is_truthlens_header,
     plan_actions,
     response_headers,
     spans_header_value,
@@ -57,7 +56,7 @@ def test_checked_headers() -> None:
 def test_the_signals_behind_a_score_are_named_in_headers_block_body_and_sse_verdict() -> None:
     from dataclasses import replace
 
-    from extproc.gateway.stream_sse import verdict_payload
+    from extproc.policy.verdict import verdict_payload
 
     verdict = Verdict.checked(dec("block"), replace(RESULT, signals=("detector", "verifier", "context_pmi")))
     assert headers_dict(response_headers(verdict))["x-truthlens-signals"] == "detector,verifier,context_pmi"
@@ -182,7 +181,3 @@ def test_block_response_standalone_builds_headers() -> None:
 
 def test_verdict_status_values_are_distinct() -> None:
     assert {s.value for s in Status} == {"checked", "skipped", "unverified", "unchecked", "disabled"}
-
-
-def test_truthlens_header_prefix() -> None:
-    assert is_truthlens_header("X-TruthLens-Score") and not is_truthlens_header("x-request-id")

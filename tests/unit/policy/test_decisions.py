@@ -14,7 +14,6 @@ from extproc.policy.decisions import (
     compile_policy,
     keyword_pattern,
     normalize_host,
-    select_decision,
 )
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "truthlens.example.yaml"
@@ -36,15 +35,15 @@ def facts(question: str = "", host: str = "api.example.com", **headers: str) -> 
 
 def test_example_config_decisions() -> None:
     cfg = load_config(EXAMPLE)
-    medical = select_decision(cfg, facts("What dosage of ibuprofen is safe?"))
+    medical = compile_policy(cfg).select(facts("What dosage of ibuprofen is safe?"))
     assert medical == Decision("medical", True, "lightweight", 0.4, "warn")
-    assert select_decision(cfg, facts("hello", host="medical.example.com:443")).name == "medical"
-    internal = select_decision(cfg, facts("hello", x_team="platform"))
+    assert compile_policy(cfg).select(facts("hello", host="medical.example.com:443")).name == "medical"
+    internal = compile_policy(cfg).select(facts("hello", x_team="platform"))
     assert internal.name == "internal-tools" and internal.enabled is False
     # unset fields inherit the global settings
     response = cfg.truthlens.thresholds.response
     assert (internal.mode, internal.threshold, internal.action) == ("lightweight", response, "header")
-    default = select_decision(cfg, facts("hello", x_team="data"))
+    default = compile_policy(cfg).select(facts("hello", x_team="data"))
     assert default == Decision(None, True, "lightweight", response, "header")
 
 
@@ -53,16 +52,16 @@ def test_priority_highest_first_then_file_order() -> None:
     cfg = parse_config(
         {"decisions": [decision("low", 1, header), decision("high", 10, header), decision("high-too", 10, header)]}
     )
-    assert select_decision(cfg, facts(x_a="1")).name == "high"
+    assert compile_policy(cfg).select(facts(x_a="1")).name == "high"
 
 
 def test_and_requires_every_condition_or_needs_one() -> None:
     conds = [{"type": "keyword", "keywords": ["invoice"]}, {"type": "domain", "domains": ["billing.example.com"]}]
     for op, both, only_kw, only_domain in (("AND", True, False, False), ("OR", True, True, True)):
         cfg = parse_config({"decisions": [decision("d", 1, conds, operator=op)]})
-        assert (select_decision(cfg, facts("my invoice", host="billing.example.com")).name == "d") is both
-        assert (select_decision(cfg, facts("my invoice")).name == "d") is only_kw
-        assert (select_decision(cfg, facts("hi", host="billing.example.com")).name == "d") is only_domain
+        assert (compile_policy(cfg).select(facts("my invoice", host="billing.example.com")).name == "d") is both
+        assert (compile_policy(cfg).select(facts("my invoice")).name == "d") is only_kw
+        assert (compile_policy(cfg).select(facts("hi", host="billing.example.com")).name == "d") is only_domain
 
 
 @pytest.mark.parametrize(
@@ -99,12 +98,12 @@ def test_keyword_matching(question: str, hit: bool) -> None:
 )
 def test_domain_matching(host: str, hit: bool) -> None:
     cfg = parse_config({"decisions": [decision("d", 1, [{"type": "domain", "domains": ["Example.com"]}])]})
-    assert (select_decision(cfg, facts(host=host)).name == "d") is hit
+    assert (compile_policy(cfg).select(facts(host=host)).name == "d") is hit
 
 
 def test_host_header_is_used_without_authority() -> None:
     cfg = parse_config({"decisions": [decision("d", 1, [{"type": "domain", "domains": ["example.com"]}])]})
-    assert select_decision(cfg, RequestFacts.from_headers([("Host", "example.com")])).name == "d"
+    assert compile_policy(cfg).select(RequestFacts.from_headers([("Host", "example.com")])).name == "d"
 
 
 def test_normalize_host() -> None:
@@ -121,11 +120,11 @@ def test_header_conditions_name_case_insensitive_value_exact() -> None:
             ]
         }
     )
-    assert select_decision(cfg, RequestFacts.from_headers([("x-team", "Platform")])).name == "exact"
-    assert select_decision(cfg, RequestFacts.from_headers([("X-TEAM", "platform")])).name is None
-    assert select_decision(cfg, RequestFacts.from_headers([("X-Debug", "")])).name == "present"
+    assert compile_policy(cfg).select(RequestFacts.from_headers([("x-team", "Platform")])).name == "exact"
+    assert compile_policy(cfg).select(RequestFacts.from_headers([("X-TEAM", "platform")])).name is None
+    assert compile_policy(cfg).select(RequestFacts.from_headers([("X-Debug", "")])).name == "present"
     # repeated headers are joined, so an exact match needs the whole value
-    assert select_decision(cfg, RequestFacts.from_headers([("x-team", "Platform"), ("x-team", "b")])).name is None
+    assert compile_policy(cfg).select(RequestFacts.from_headers([("x-team", "Platform"), ("x-team", "b")])).name is None
 
 
 def test_per_decision_overrides_and_global_defaults() -> None:
@@ -137,8 +136,8 @@ def test_per_decision_overrides_and_global_defaults() -> None:
             ],
         }
     )
-    assert select_decision(cfg, facts(x_on="1")) == Decision("on", True, "premium", 0.2, "block")
-    assert select_decision(cfg, facts()) == Decision(None, False, "standard", 0.7, "warn")
+    assert compile_policy(cfg).select(facts(x_on="1")) == Decision("on", True, "premium", 0.2, "block")
+    assert compile_policy(cfg).select(facts()) == Decision(None, False, "standard", 0.7, "warn")
 
 
 def test_policy_compiled_once_per_config() -> None:
@@ -166,9 +165,9 @@ def test_a_decision_can_restrict_the_white_box_signals() -> None:
         {"name": "pmi", "rules": {"conditions": [{"type": "header", "name": "x-pmi"}]},
          "plugins": {"truthlens": {"signals": ["context_pmi"]}}},
     ]})
-    assert select_decision(cfg, facts(x_fast="1")).signals == frozenset()  # no surrogate pass on this route
-    assert select_decision(cfg, facts(x_pmi="1")).signals == frozenset({"context_pmi"})
-    assert select_decision(cfg, facts()).signals is None  # no decision: every signal that is on globally
+    assert compile_policy(cfg).select(facts(x_fast="1")).signals == frozenset()  # no surrogate pass on this route
+    assert compile_policy(cfg).select(facts(x_pmi="1")).signals == frozenset({"context_pmi"})
+    assert compile_policy(cfg).select(facts()).signals is None  # no decision: every signal that is on globally
     with pytest.raises(ConfigError, match=r"decisions\[0\].plugins.truthlens.signals\[0\]"):
         parse_config({"decisions": [{"name": "x", "rules": {"conditions": [{"type": "header", "name": "x"}]},
                                      "plugins": {"truthlens": {"signals": ["perplexity"]}}}]})

@@ -41,7 +41,7 @@ def _set_headers(mutation) -> dict[str, bytes]:
 def test_headers_dict_reads_raw_value_and_value(raw):
     req = _request_headers([(":method", "POST"), ("Content-Type", "application/json"), ("accept", "a"),
                             ("Accept", "b"), ("x-note", "caf\u00e9")], raw=raw)
-    assert E.request_phase(req) == "request_headers"
+    assert req.WhichOneof("request") == "request_headers"
     headers = E.headers_dict(req.request_headers)
     assert headers == {":method": "POST", "content-type": "application/json", "accept": "a, b", "x-note": "caf\u00e9"}
     assert E.headers_dict(req.request_headers.headers) == headers
@@ -132,7 +132,7 @@ class _Echo(ep_grpc.ExternalProcessorServicer):
 
     async def Process(self, request_iterator, context):
         async for req in request_iterator:
-            phase = E.request_phase(req)
+            phase = req.WhichOneof("request")
             if phase == "request_headers":
                 yield E.request_headers_response({"accept-encoding": "identity"},
                                                  E.truthlens_header_names(req.request_headers))

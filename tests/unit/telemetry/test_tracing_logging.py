@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -14,7 +15,17 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from extproc.telemetry import tracing
-from extproc.telemetry.logging import configure_logging, get_logger, request_logging, reset_logging
+from extproc.telemetry.logging import bind_request, configure_logging, get_logger, reset_logging, unbind_request
+
+
+@contextmanager
+def request_logging(request_id: str) -> Iterator[None]:
+    """As the stream loop does: bind the stream's request for its log lines, unbind at the end."""
+    token = bind_request(request_id)
+    try:
+        yield
+    finally:
+        unbind_request(token)
 
 
 @pytest.fixture(autouse=True)

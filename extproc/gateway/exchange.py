@@ -1,0 +1,460 @@
+"""ChatExchange: the processor of one ext_proc stream, i.e. of one HTTP request through Envoy.
+
+Created when the request headers arrive, it owns everything the exchange learns as typed
+fields and has one method per phase; the stream loop (extproc.gateway.service) only calls them
+and writes their replies.
+
+Request side: strip spoofed verdict headers, force `accept-encoding: identity`, choose the
+decision, extract question + grounding, drop the RAG field, start the sentinel (it runs while the
+request is with the LLM and is awaited when the response headers arrive). Everything that fixes
+the verdict before the answer exists (disabled, skipped, unverified, unchecked) is put on the
+response headers, and the response body is then not even sent to us (mode override NONE).
+
+Response side: JSON is judged whole (BUFFERED). SSE is switched to STREAMED and forwarded as it
+comes; when `[DONE]` (or the end of the stream) arrives the assembled answer is judged and that
+chunk becomes [warning delta per flagged choice] + verdict event + `[DONE]`. The verdict event
+is a `chat.completion.chunk` with `choices: []` and a `truthlens` object, so OpenAI SDK clients
+parse it like any chunk. action=block cannot recall bytes already sent, so a stream whose
+decision blocks is buffered whole instead. Whatever cannot be judged passes through
+byte-identical, marked unchecked with a reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from enum import Enum
+from typing import TYPE_CHECKING, Sequence
+
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from extproc.gateway import replies
+from extproc.gateway.context import RequestContext
+from extproc.inference.api import DetectionResult, InferenceError, ModelUnavailable, Overloaded, SentinelResult
+from extproc.policy.actions import ActionPlan, plan_actions
+from extproc.policy.decisions import Decision
+from extproc.policy.verdict import (
+    Status,
+    UncheckedReason,
+    UnverifiedReason,
+    Verdict,
+    early_verdict,
+    verdict_payload,
+    worst_choice_verdict,
+)
+from extproc.protocol import envoy as ev
+from extproc.protocol.encoding import BodyTooLarge, EncodingError, decode_body
+from extproc.protocol.openai import ProtocolError, append_to_choices, parse_chat_request, parse_chat_response
+from extproc.protocol.sse import ChatStreamRelay, content_delta_chunk, verdict_chunk
+from extproc.telemetry.tracing import stage
+
+if TYPE_CHECKING:  # typing only: the runtime is built above this module
+    from extproc.gateway.wiring import GatewayRuntime
+
+log = logging.getLogger("truthlens.exchange")
+
+CHAT_PATH_SUFFIX = "/chat/completions"
+JSON_TYPES = ("application/json",)
+SSE_TYPE = "text/event-stream"
+STREAMING_STATUS = "streaming"  # x-truthlens-status while an SSE answer is still on its way
+
+
+class Route(Enum):
+    """What the gateway does with this request, decided as early as possible."""
+
+    PASSTHROUGH = "passthrough"  # not a chat completion: no body work, no verdict headers
+    CHAT = "chat"  # judged (or explicitly marked) chat completion
+
+
+class BodyKind(Enum):
+    UNKNOWN = "unknown"
+    JSON = "json"  # buffered chat.completion
+    SSE = "sse"  # streamed chat.completion.chunk events
+    BUFFERED_SSE = "buffered_sse"  # stream buffered whole (action=block needs the full answer)
+
+
+def is_chat_route(method: str, path: str) -> bool:
+    return method == "POST" and path.split("?", 1)[0].rstrip("/").endswith(CHAT_PATH_SUFFIX)
+
+
+class ChatExchange:
+    """One request's processor. Not shared: every field belongs to this exchange alone."""
+
+    __slots__ = ("rt", "tl", "early_replies", "ctx", "route", "done", "request_done", "sentinel", "sentinel_task",
+                 "sentinel_ms", "ungrounded_reason", "early_status", "early_reason", "content_encoding", "body_kind",
+                 "relay", "sse_done", "verdict")
+
+    def __init__(self, rt: GatewayRuntime, early_replies: replies.EarlyReplies, http: pb.HttpHeaders) -> None:
+        self.rt = rt
+        self.tl = rt.config.truthlens
+        self.early_replies = early_replies
+        self.ctx = RequestContext.from_http(http)
+        self.route = Route.PASSTHROUGH
+        # Our last reply told Envoy to send nothing more (SKIP_REST, or the verdict was fixed before the
+        # answer and the response body is not wanted): the stream can end without waiting for Envoy.
+        self.done = False
+        self.request_done = False  # the request body phase finished (else the verdict is unchecked/error)
+        self.sentinel: SentinelResult | None = None
+        self.sentinel_task: asyncio.Task[None] | None = None  # runs while the request is with the LLM
+        self.sentinel_ms = 0.0  # compute time (overlapped with the upstream, so not "added" latency)
+        self.ungrounded_reason: UnverifiedReason | None = None  # the request has no grounding
+        # a status fixed before the response arrives (disabled, skipped, unverified, unchecked)
+        self.early_status: Status | None = None
+        self.early_reason: str | None = None
+        self.content_encoding = ""
+        self.body_kind = BodyKind.UNKNOWN
+        self.relay: ChatStreamRelay | None = None  # the SSE assembler while streaming
+        self.sse_done = False  # verdict event already emitted
+        self.verdict: Verdict | None = None
+
+    # ---- request headers ------------------------------------------------------------------
+
+    def request_headers(self, http: pb.HttpHeaders) -> pb.ProcessingResponse:
+        ctx = self.ctx
+        spoofed = ev.truthlens_header_names(http)
+        if not is_chat_route(ctx.method, ctx.path) or http.end_of_stream:
+            # Not ours to judge: no body, no response work, no verdict headers.
+            self.done = True
+            if not spoofed:
+                return replies.PASSTHROUGH_REPLY
+            return ev.request_headers_response(remove_headers=spoofed, mode_override=ev.SKIP_REST_MODE)
+        self.route = Route.CHAT
+        if not self.rt.policy.uses_question:
+            self._decide(None)
+        return ev.request_headers_response(replies.FORCE_IDENTITY, spoofed) if spoofed else replies.CHAT_REQUEST_REPLY
+
+    # ---- request body ---------------------------------------------------------------------
+
+    def request_body(self, http: pb.HttpBody) -> pb.ProcessingResponse:
+        """Synchronous: nothing here waits (the sentinel model, when needed, runs as a task)."""
+        t0 = time.perf_counter()
+        ctx, body = self.ctx, http.body
+        if len(body) > self.tl.max_body_bytes:
+            return self._request_unchecked(UncheckedReason.TOO_LARGE)
+        try:
+            chat = parse_chat_request(body, self.tl.rag_context_field or None)
+        except ProtocolError as exc:
+            log.info("request %s: not a judgeable chat request: %s", ctx.request_id, exc)
+            return self._request_unchecked(UncheckedReason.BAD_JSON)
+        ctx.question, ctx.system_prompt, ctx.grounding = chat.question, chat.system_prompt, chat.context
+        decision = self._decide(chat.question)
+        reply = ev.request_body_response(chat.upstream_body)
+        if decision.mode != "lightweight":  # standard/premium re-ask with the original messages
+            ctx.request_body = chat.upstream_body or body
+        if not decision.enabled:
+            self._fix_status(Status.DISABLED)
+        else:
+            if not chat.grounded:
+                self.ungrounded_reason = UnverifiedReason.TOOLS_WITHOUT_RESULTS \
+                    if chat.has_tools and not chat.has_tool_results else UnverifiedReason.NO_CONTEXT
+            self._start_sentinel()
+        ctx.mark("request", t0)
+        self.request_done = True
+        return reply
+
+    def _request_unchecked(self, reason: UncheckedReason) -> pb.ProcessingResponse:
+        self._decide(None)
+        self._fix_status(Status.UNCHECKED, reason)
+        self.request_done = True
+        return replies.continue_reply("request_body")
+
+    def _decide(self, question: str | None) -> Decision:
+        policy, ctx = self.rt.policy, self.ctx
+        if ctx.decision is None or policy.uses_question:
+            # Without configured decisions the default applies: the headers are never decoded.
+            ctx.decision = policy.decide(ctx.request_headers, question) if policy.has_decisions else policy.default
+        return ctx.decision
+
+    def _fix_status(self, status: Status, reason: str | None = None) -> None:
+        """The verdict is decided before the response: no response body work is needed."""
+        if self.early_status is None:
+            self.early_status, self.early_reason = status, reason
+
+    # ---- sentinel -------------------------------------------------------------------------
+
+    def _start_sentinel(self) -> None:
+        engine = self.rt.engine
+        wants_sentinel = bool(self.ctx.question) and engine.has("sentinel")
+        quick = engine.prefilter_prompt(self._sentinel_prompt()) if wants_sentinel else None
+        if quick is not None:  # the lexical prefilter is sure: no task, no model call
+            self.sentinel, self.sentinel_ms = quick, quick.latency_ms
+            self._settle()
+        elif wants_sentinel:
+            # The verdict needs the sentinel only when the answer arrives: classify while the
+            # request is with the LLM instead of holding the request for it.
+            self.sentinel_task = asyncio.ensure_future(self._classify())
+        else:
+            self._settle()
+
+    def _sentinel_prompt(self) -> str:
+        ctx = self.ctx
+        prompt = ctx.question or ""
+        if self.tl.sentinel_include_system_prompt and ctx.system_prompt:
+            prompt = f"{ctx.system_prompt}\n\n{prompt}"
+        return prompt
+
+    async def _classify(self) -> None:
+        """Classify the prompt; never raises (a failed classification means: check it)."""
+        t0 = time.perf_counter()
+        try:
+            with stage("sentinel", mode=self.ctx.decision.mode):
+                # request_body already asked the prefilter, which was unsure: the model decides
+                self.sentinel = await asyncio.wait_for(
+                    self.rt.engine.classify_prompt(self._sentinel_prompt(), prefiltered=True),
+                    self.rt.inference_timeout_s)
+        except Overloaded:
+            self._fix_status(Status.UNCHECKED, UncheckedReason.OVERLOADED)
+        except (InferenceError, asyncio.TimeoutError) as exc:
+            # Could not classify: fall back to checking (conservative), never to "skipped".
+            log.warning("request %s: sentinel failed (%r); checking anyway", self.ctx.request_id, exc)
+        except Exception:  # noqa: BLE001 - a background task must not die with an unread exception
+            log.exception("request %s: sentinel raised; checking anyway", self.ctx.request_id)
+        finally:
+            self.sentinel_ms = (time.perf_counter() - t0) * 1000.0
+
+    @property
+    def sentinel_pending(self) -> bool:
+        """The sentinel still runs: `await_sentinel` before `response_headers`."""
+        return self.sentinel_task is not None
+
+    async def await_sentinel(self) -> None:
+        task, self.sentinel_task = self.sentinel_task, None
+        t0 = time.perf_counter()
+        if task is not None:
+            await task
+        self.ctx.mark("sentinel_wait", t0)  # what the client waited for it: the time TruthLens added
+        self._settle()
+
+    def _settle(self) -> None:
+        """Everything the request teaches, in order: sentinel verdict, grounding, detector."""
+        s = self.sentinel
+        if s is not None and not s.needs_check:
+            self._fix_status(Status.SKIPPED)
+        if self.ungrounded_reason is not None:
+            self._fix_status(Status.UNVERIFIED, self.ungrounded_reason)
+        if not self.rt.engine.has("detector"):
+            self._fix_status(Status.UNCHECKED, UncheckedReason.MODELS_UNAVAILABLE)
+
+    def cancel_pending(self) -> None:
+        """The stream ended early: stop work nobody will read."""
+        if self.sentinel_task is not None and not self.sentinel_task.done():
+            self.sentinel_task.cancel()
+        self.sentinel_task = None
+
+    # ---- response headers -------------------------------------------------------------------
+
+    def response_headers(self, http: pb.HttpHeaders) -> pb.ProcessingResponse:
+        """Once the sentinel is settled (`await_sentinel`): JSON or SSE, or a verdict fixed already."""
+        if not self.request_done:  # the request body phase never finished (a bug of ours): say so
+            self._decide(None)
+            self._fix_status(Status.UNCHECKED, UncheckedReason.ERROR)
+        if self.early_status is not None:
+            # The verdict was fixed before the answer: of these headers only forged verdict
+            # headers matter (an upstream cannot forge a verdict either), so no values are decoded.
+            spoofed = ev.truthlens_header_names(http)
+        else:
+            headers = ev.headers_dict(http)
+            spoofed = ev.truthlens_header_names(headers)
+            reply = self._choose_body_handling(http, headers, spoofed)
+            if reply is not None:
+                return reply
+        decision = self._decision
+        self.verdict = verdict = early_verdict(decision, self.early_status, self.early_reason, self.ctx.spent_ms)
+        self.done = True  # NO_RESPONSE_BODY_MODE: the body never comes (trailers are never asked for)
+        if spoofed:
+            return ev.response_headers_response(self._plan(verdict).headers, spoofed, replies.NO_RESPONSE_BODY_MODE)
+        return self.early_replies.get(verdict, decision, lambda: self._plan(verdict).headers)
+
+    def _choose_body_handling(self, http: pb.HttpHeaders, headers: dict[str, str],
+                              spoofed: tuple[str, ...]) -> pb.ProcessingResponse | None:
+        """The reply that asks for the body (JSON, SSE), or None when the status is now fixed."""
+        status = int(headers.get(":status", "0") or 0)
+        content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        self.content_encoding = headers.get("content-encoding", "").strip().lower()
+        action = self._decision.action
+        if not 200 <= status < 300:
+            self._fix_status(Status.UNCHECKED, UncheckedReason.UPSTREAM_ERROR)
+        elif http.end_of_stream:
+            self._fix_status(Status.UNCHECKED, UncheckedReason.NO_ANSWER)
+        elif content_type in JSON_TYPES:
+            self.body_kind = BodyKind.JSON
+            return ev.response_headers_response((), spoofed)
+        elif content_type == SSE_TYPE and self.content_encoding in ("", "identity"):
+            if action == "block":
+                # Blocking needs the whole answer before the client sees any of it.
+                self.body_kind = BodyKind.BUFFERED_SSE
+                return ev.response_headers_response((), spoofed)
+            self.body_kind = BodyKind.SSE
+            self.relay = ChatStreamRelay()
+            early = () if action == "none" else self._streaming_headers()
+            # STREAMED: chunks reach us as they arrive; the builder also drops content-length
+            return ev.response_headers_response(early, spoofed, ev.STREAMED_RESPONSE_MODE)
+        else:
+            self._fix_status(Status.UNCHECKED, UncheckedReason.UNSUPPORTED_CONTENT)
+        return None
+
+    def _streaming_headers(self) -> tuple[tuple[str, str], ...]:
+        d = self._decision
+        out = [("x-truthlens-enabled", "true"), ("x-truthlens-status", STREAMING_STATUS), ("x-truthlens-mode", d.mode)]
+        if d.name is not None:
+            out.append(("x-truthlens-decision", d.name))
+        return tuple(out)
+
+    # ---- response body ----------------------------------------------------------------------
+
+    def mitigation_budget_s(self) -> float:
+        """Seconds a standard/premium re-ask may need for this body (0: none): the stream loop asks
+        Envoy for that much message time before `response_body` starts."""
+        if self.body_kind is not BodyKind.JSON or not self._wants_mitigation():
+            return 0.0
+        return self.rt.mitigator.budget_s(self._decision.mode)
+
+    async def response_body(self, http: pb.HttpBody) -> pb.ProcessingResponse:
+        kind = self.body_kind
+        if kind is BodyKind.SSE:
+            return await self._sse_chunk(http)
+        if kind is BodyKind.JSON:
+            return await self._json_body(http.body)
+        if kind is BodyKind.BUFFERED_SSE:
+            return await self._buffered_sse(http.body)
+        return replies.continue_reply("response_body")
+
+    async def _json_body(self, body: bytes) -> pb.ProcessingResponse:
+        verdict, text = await self._judge_json(body)
+        self.verdict = verdict
+        new_body: bytes | None = None
+        if text is not None and verdict.actionable and self._wants_mitigation():
+            self.verdict, new_body = await self.rt.mitigator.mitigate(self.ctx, text, verdict)
+        plan = self._plan(self.verdict)
+        if plan.block is not None:
+            return ev.immediate_response(plan.block.status, plan.block.headers, plan.block.body)
+        if plan.warning and text is not None:
+            flagged = self._flagged(self.ctx.choice_results)
+            new_body = append_to_choices(new_body or text, {i: plan.warning for i in flagged} or plan.warning)
+        if new_body is None:
+            return ev.response_body_response(None, plan.headers)
+        # a body we re-serialized from its decoded form no longer carries the upstream's encoding
+        removed = ["content-encoding"] if self.content_encoding not in ("", "identity") else []
+        return ev.response_body_response(new_body, plan.headers, removed)
+
+    async def _judge_json(self, body: bytes) -> tuple[Verdict, bytes | None]:
+        """Verdict and the decoded body (None when it could not be judged)."""
+        reason: UncheckedReason | None = None
+        if len(body) > self.tl.max_body_bytes:
+            reason = UncheckedReason.TOO_LARGE
+        else:
+            try:
+                text = decode_body(body, self.content_encoding, self.tl.max_body_bytes)
+                answers = parse_chat_response(text).answers
+            except BodyTooLarge:
+                reason = UncheckedReason.TOO_LARGE
+            except EncodingError:
+                reason = UncheckedReason.UNSUPPORTED_CONTENT
+            except ProtocolError:
+                reason = UncheckedReason.BAD_JSON
+        if reason is not None:
+            return Verdict.unchecked(self._decision, reason, latency_ms=self.ctx.spent_ms), None
+        verdict, _ = await self._judge(answers)
+        return verdict, text
+
+    async def _sse_chunk(self, http: pb.HttpBody) -> pb.ProcessingResponse:
+        """STREAMED: each chunk goes on at once (only an SSE block split across chunks waits for its rest)."""
+        relay, chunk = self.relay, http.body
+        if self.sse_done or relay is None:
+            return ev.streamed_chunk_response(None)  # after the verdict: anything else goes on unchanged
+        out = relay.feed(chunk)
+        if relay.done or http.end_of_stream:
+            out += relay.finish(await self._stream_tail(relay))
+            self.sse_done = True
+        return ev.streamed_chunk_response(None if out == chunk else out)
+
+    async def _buffered_sse(self, body: bytes) -> pb.ProcessingResponse:
+        """action=block on a stream: the whole event stream was buffered; judge, then block or annotate."""
+        if len(body) > self.tl.max_body_bytes:
+            self.verdict = Verdict.unchecked(self._decision, UncheckedReason.TOO_LARGE, latency_ms=self.ctx.spent_ms)
+            return ev.response_body_response(None, self._plan(self.verdict).headers)
+        relay = ChatStreamRelay()
+        head = relay.feed(body)
+        tail = await self._stream_tail(relay)
+        plan = self._plan(self.verdict)
+        if plan.block is not None:
+            return ev.immediate_response(plan.block.status, plan.block.headers, plan.block.body)
+        return ev.response_body_response(head + relay.finish(tail), plan.headers)
+
+    async def _stream_tail(self, relay: ChatStreamRelay) -> bytes:
+        """[warning delta per flagged choice] + verdict event, inserted before [DONE]."""
+        a = relay.assembler
+        indices = a.indices()
+        self.verdict, results = await self._judge([a.text(i) for i in indices])
+        if self._decision.action == "none":
+            return b""
+        plan = self._plan(self.verdict)
+        out = b""
+        if plan.warning:
+            for pos in self._flagged(results):
+                out += content_delta_chunk(indices[pos], plan.warning, id=a.id, model=a.model, created=a.created)
+        return out + verdict_chunk(verdict_payload(self.verdict), id=a.id, model=a.model, created=a.created)
+
+    # ---- detection --------------------------------------------------------------------------
+
+    async def _judge(self, answers: Sequence[str | None]) -> tuple[Verdict, dict[int, DetectionResult]]:
+        """Detect every choice that has text; the verdict follows the worst choice."""
+        ctx, d = self.ctx, self._decision
+        t0 = time.perf_counter()
+        todo = [(i, a) for i, a in enumerate(answers) if a and a.strip()]
+        if not todo:
+            return Verdict.unchecked(d, UncheckedReason.NO_ANSWER, latency_ms=ctx.spent_ms), {}
+        engine = self.rt.engine
+        reason: UncheckedReason | None = None
+        try:
+            with stage("detect", mode=d.mode, choices=len(todo)):
+                results = await asyncio.wait_for(
+                    asyncio.gather(*(engine.detect(ctx.grounding, ctx.question, a, d.signals) for _, a in todo)),
+                    self.rt.inference_timeout_s,
+                )
+        except asyncio.TimeoutError:
+            reason = UncheckedReason.TIMEOUT
+        except Overloaded:
+            reason = UncheckedReason.OVERLOADED
+        except ModelUnavailable:
+            reason = UncheckedReason.MODELS_UNAVAILABLE
+        except Exception as exc:  # noqa: BLE001 - any engine failure: pass through, unchecked
+            log.warning("request %s: detection failed: %r", ctx.request_id, exc)
+            reason = UncheckedReason.ERROR
+        ctx.mark("detect", t0)
+        if reason is not None:
+            return Verdict.unchecked(d, reason, latency_ms=ctx.spent_ms), {}
+        by_choice = {i: r for (i, _), r in zip(todo, results)}
+        ctx.answers, ctx.choice_results = tuple(answers), by_choice
+        return worst_choice_verdict(d, by_choice, ctx.spent_ms), by_choice
+
+    def _flagged(self, results: dict[int, DetectionResult]) -> list[int]:
+        threshold = self._decision.threshold
+        return [i for i, r in results.items() if r.score >= threshold]
+
+    # ---- shared -------------------------------------------------------------------------------
+
+    @property
+    def _decision(self) -> Decision:
+        """Set by the request phase before any response phase runs (`_decide`)."""
+        d = self.ctx.decision
+        assert d is not None, "response phase before a decision"
+        return d
+
+    def _wants_mitigation(self) -> bool:
+        return self.rt.mitigator is not None and self.ctx.decision is not None and self.ctx.decision.mode != "lightweight"
+
+    def _plan(self, verdict: Verdict) -> ActionPlan:
+        """The only place a verdict becomes wire actions (headers, warning, block)."""
+        return plan_actions(verdict, self._decision, self.tl)
+
+    def error_reply(self, phase: str) -> pb.ProcessingResponse:
+        """For a phase that raised (call it from the `except`): log the error, pass the body on
+        unchanged, set verdict headers (unchecked/error) where they can still be set."""
+        ctx = self.ctx
+        log.exception("request %s: %s failed; passing through unchecked", ctx.request_id, phase)
+        if ctx.decision is None or phase not in ("response_headers", "response_body") or self.body_kind is BodyKind.SSE:
+            return replies.continue_reply(phase)
+        self.verdict = Verdict.unchecked(ctx.decision, UncheckedReason.ERROR, latency_ms=ctx.spent_ms)
+        return replies.verdict_headers_reply(phase, self._plan(self.verdict).headers)

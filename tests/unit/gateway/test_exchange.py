@@ -1,0 +1,115 @@
+"""ChatExchange, phase by phase: each method's reply and the state it leaves for the next phase."""
+
+from __future__ import annotations
+
+import json
+
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+
+from extproc.config import parse_config
+from extproc.devtools.demo_upstream import INJECTED_CLAIM, completion_json, completion_sse_chunks
+from extproc.gateway.exchange import BodyKind, ChatExchange, Route
+from extproc.gateway.replies import EarlyReplies
+from extproc.gateway.wiring import GatewayRuntime
+from extproc.policy.verdict import Status
+from tests.e2e.harness import ScriptedTestEngine
+from tests.unit.gateway.test_service import CHAT, req_body, req_headers, resp_body, resp_headers, set_headers
+
+Mode = processing_mode_pb2.ProcessingMode
+
+
+def exchange(cfg: dict | None = None, path: str = "/v1/chat/completions", method: str = "POST",
+             engine: ScriptedTestEngine | None = None) -> tuple[ChatExchange, object]:
+    rt = GatewayRuntime(parse_config(cfg or {}), engine or ScriptedTestEngine())
+    http = req_headers(path=path, method=method).request_headers
+    ex = ChatExchange(rt, EarlyReplies(), http)
+    return ex, ex.request_headers(http)
+
+
+def test_request_headers_of_another_route_end_the_exchange() -> None:
+    ex, reply = exchange(path="/v1/models", method="GET")
+    assert ex.route is Route.PASSTHROUGH and ex.done
+    assert reply.mode_override.response_body_mode == Mode.NONE
+    assert ex.ctx.decision is None  # nothing decided, nothing judged
+
+
+def test_request_headers_of_a_chat_route_keep_it_open_and_force_identity() -> None:
+    ex, reply = exchange()
+    assert ex.route is Route.CHAT and not ex.done
+    assert set_headers(reply.request_headers.response) == {"accept-encoding": "identity"}
+    assert ex.ctx.decision is not None  # no configured decisions: the default, chosen without the body
+
+
+async def test_request_body_extracts_question_and_grounding_and_starts_the_sentinel() -> None:
+    ex, _ = exchange()
+    reply = ex.request_body(req_body(CHAT).request_body)
+    assert ex.request_done and ex.ctx.question == "How tall is it?"
+    assert ex.ctx.grounding == ("The tower is 330 metres tall.",)
+    body = json.loads(reply.request_body.response.body_mutation.body)  # the RAG field goes no further
+    assert "truthlens_context" not in body
+    assert ex.sentinel_pending
+    await ex.await_sentinel()
+    assert not ex.sentinel_pending and ex.sentinel is not None and ex.sentinel.needs_check
+    assert ex.early_status is None  # factual and grounded: the answer will be judged
+
+
+async def test_a_request_without_context_is_settled_before_the_answer() -> None:
+    ex, _ = exchange()
+    ex.request_body(req_body({"model": "m", "messages": [{"role": "user", "content": "Who won?"}]}).request_body)
+    await ex.await_sentinel()
+    reply = ex.response_headers(resp_headers().response_headers)
+    assert ex.done and ex.verdict is not None and ex.verdict.status is Status.UNVERIFIED
+    assert reply.mode_override.response_body_mode == Mode.NONE  # the body is not even sent
+    assert set_headers(reply.response_headers.response)["x-truthlens-reason"] == "no_context"
+
+
+def test_a_bad_request_body_is_unchecked_and_passed_on_unchanged() -> None:
+    ex, _ = exchange()
+    reply = ex.request_body(req_body({"messages": "not a list"}).request_body)
+    assert not reply.request_body.response.HasField("body_mutation")
+    assert (ex.early_status, ex.early_reason) == (Status.UNCHECKED, "bad_json")
+
+
+async def test_json_answer_is_judged_and_flagged() -> None:
+    ex, _ = exchange()
+    ex.request_body(req_body(CHAT).request_body)
+    await ex.await_sentinel()
+    ex.response_headers(resp_headers().response_headers)
+    assert ex.body_kind is BodyKind.JSON and not ex.done
+    answer = f"It is tall. {INJECTED_CLAIM}"
+    reply = await ex.response_body(resp_body(json.dumps(completion_json(answer, "m")).encode()).response_body)
+    h = set_headers(reply.response_body.response)
+    assert (h["x-truthlens-status"], h["x-truthlens-detected"]) == ("checked", "true")
+    assert ex.verdict.detected and 0 in ex.ctx.choice_results
+
+
+async def test_sse_chunks_flow_through_and_the_last_one_carries_the_verdict() -> None:
+    ex, _ = exchange()
+    ex.request_body(req_body(CHAT).request_body)
+    await ex.await_sentinel()
+    reply = ex.response_headers(resp_headers("text/event-stream").response_headers)
+    assert ex.body_kind is BodyKind.SSE
+    assert reply.mode_override.response_body_mode == Mode.STREAMED
+    chunks = completion_sse_chunks("The tower is 330 metres tall.", "m")
+    outs = [await ex.response_body(resp_body(c, eos=False).response_body) for c in chunks]
+    assert all(not o.response_body.response.HasField("body_mutation") for o in outs[:-1])  # untouched
+    last = outs[-1].response_body.response.body_mutation.body
+    assert b'"truthlens"' in last and last.endswith(b"data: [DONE]\n\n")
+    assert ex.sse_done and ex.verdict.status is Status.CHECKED and not ex.verdict.detected
+
+
+async def test_error_reply_marks_the_answer_unchecked_with_the_body_untouched() -> None:
+    ex, _ = exchange()
+    ex.request_body(req_body(CHAT).request_body)
+    await ex.await_sentinel()
+    ex.response_headers(resp_headers().response_headers)
+    reply = ex.error_reply("response_body")
+    h = set_headers(reply.response_body.response)
+    assert (h["x-truthlens-status"], h["x-truthlens-reason"]) == ("unchecked", "error")
+    assert not reply.response_body.response.HasField("body_mutation")
+
+
+def test_error_before_a_decision_just_continues() -> None:
+    ex, _ = exchange(path="/v1/models", method="GET")
+    reply = ex.error_reply("request_body")
+    assert reply.HasField("request_body") and ex.verdict is None
