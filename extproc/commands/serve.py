@@ -1,4 +1,8 @@
-"""`truthlens serve`: the ext_proc sidecar (gRPC + health + /metrics) until SIGTERM."""
+"""`truthlens serve`: the ext_proc sidecar (gRPC + health + /metrics) until SIGTERM.
+
+`truthlens serve --detector-api` serves the detection API (proto/truthlens/v1) over the local
+models instead: what apps call without Envoy, and what a detector pool runs (docs/detector-api.md).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-address", default=None, help="override server.metrics_address (host:port)")
     p.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
     p.add_argument("--log-level", default=None, help="override telemetry.log_level")
+    p.add_argument("--detector-api", action="store_true",
+                   help="serve the detection API (truthlens.v1.Detection + gRPC health) with the local models "
+                        "instead of the ext_proc sidecar")
+    p.add_argument("--port", type=int, default=None,
+                   help="listen on this port (the host of --grpc-address / server.grpc_address is kept)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,10 +34,27 @@ def run(args: argparse.Namespace) -> int:
         for line in exc.errors:
             print(f"  {line}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(cfg, args))
+    try:
+        address = _address(args.grpc_address or cfg.server.grpc_address, args.port)
+    except ValueError as exc:
+        print(f"truthlens serve: {exc}", file=sys.stderr)
+        return 2
+    if args.detector_api:
+        return asyncio.run(_serve_detector_api(cfg, args, address))
+    return asyncio.run(_serve(cfg, args, address))
 
 
-async def _serve(cfg, args: argparse.Namespace) -> int:  # noqa: ANN001 - Config, imported lazily
+def _address(address: str, port: int | None) -> str:
+    if port is None:
+        return address
+    if address.startswith("unix:"):
+        raise ValueError(f"--port: the listen address {address} is a Unix socket")
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port: expected 0..65535, got {port}")
+    return f"{address.rpartition(':')[0]}:{port}"
+
+
+async def _serve(cfg, args: argparse.Namespace, address: str) -> int:  # noqa: ANN001 - Config, imported lazily
     import logging
 
     from extproc.config import config_warnings
@@ -60,10 +86,13 @@ async def _serve(cfg, args: argparse.Namespace) -> int:  # noqa: ANN001 - Config
     except Exception as exc:  # noqa: BLE001 - e.g. provider cuda without a GPU: fail start-up, say why
         print(f"truthlens serve: cannot load models: {exc}", file=sys.stderr)
         return 2
+    start = getattr(engine, "start", None)  # a remote engine asks its pool which models it serves
+    if start is not None:
+        await start()
     if metrics is not None:
         metrics.set_models((m.name, m.role) for m in engine.models())
     rt = GatewayRuntime(cfg, engine, metrics=metrics, mitigator=build_mitigator(cfg, engine))
-    server = SidecarServer(TruthLensService(rt), server_options(cfg, args.grpc_address))
+    server = SidecarServer(TruthLensService(rt), server_options(cfg, address))
     roles = ",".join(r for r in ("sentinel", "detector", "explainer") if engine.has(r)) or "none"
     try:
         ready = asyncio.Event()
@@ -80,6 +109,56 @@ async def _serve(cfg, args: argparse.Namespace) -> int:  # noqa: ANN001 - Config
         if metrics_server is not None:
             metrics_server.close()
         shutdown_tracing()
+    return 0
+
+
+async def _serve_detector_api(cfg, args: argparse.Namespace, address: str) -> int:  # noqa: ANN001 - Config
+    """The detection API over the local models (truthlens.inference.remote is ignored: a pool never chains)."""
+    import logging
+
+    from extproc.api.server import DetectorApiServer
+    from extproc.config import config_warnings
+    from extproc.gateway.wiring import build_local_engine, server_options
+    from extproc.server import run_until_signal
+    from extproc.telemetry.logging import configure_logging
+
+    configure_logging(args.log_level or cfg.telemetry.log_level, cfg.telemetry.log_content)
+    log = logging.getLogger("truthlens.serve")
+    local = cfg
+    if cfg.truthlens.inference.remote:
+        import dataclasses
+
+        log.warning("truthlens.inference.remote is ignored by --detector-api: it serves its local models")
+        local = dataclasses.replace(cfg, truthlens=dataclasses.replace(
+            cfg.truthlens, inference=dataclasses.replace(cfg.truthlens.inference, remote=())))
+    for warning in config_warnings(local):
+        log.warning(warning)
+    metrics_server = None
+    try:
+        engine = build_local_engine(local)
+    except Exception as exc:  # noqa: BLE001 - e.g. provider cuda without a GPU: fail start-up, say why
+        print(f"truthlens serve: cannot load models: {exc}", file=sys.stderr)
+        return 2
+    if not args.no_metrics:
+        from extproc.telemetry.metrics import Metrics, start_metrics_server
+
+        metrics = Metrics(cfg.telemetry.tracing.service_name)
+        metrics_server = start_metrics_server(args.metrics_address or cfg.server.metrics_address, metrics)
+        metrics.set_models((m.name, m.role) for m in engine.models())
+    server = DetectorApiServer(engine, server_options(local, address))
+    roles = ",".join(r for r in ("sentinel", "detector", "explainer", "surrogate") if engine.has(r)) or "none"
+    try:
+        ready = asyncio.Event()
+        task = asyncio.ensure_future(run_until_signal(server, ready))
+        await ready.wait()
+        print(f"truthlens: detection API ready on {server.address} (models: {roles}"
+              f"{'; metrics on ' + metrics_server.host + ':' + str(metrics_server.port) if metrics_server else ''})",
+              flush=True)
+        await task
+    finally:
+        await engine.close()
+        if metrics_server is not None:
+            metrics_server.close()
     return 0
 
 

@@ -50,7 +50,17 @@ def server_options(cfg: Config, address: str | None = None) -> ServerOptions:
 
 
 def build_engine(cfg: Config) -> Engine:
-    """The inference engine for this config.
+    """The inference engine for this config: a remote detector pool (`truthlens.inference.remote`, no
+    local model is loaded) or the local models (`build_local_engine`)."""
+    if cfg.truthlens.inference.remote:
+        from extproc.inference.remote import RemoteEngine
+
+        return RemoteEngine.from_config(cfg)
+    return build_local_engine(cfg)
+
+
+def build_local_engine(cfg: Config) -> Engine:
+    """The engine over the local model directories (`truthlens.models`).
 
     Missing or invalid model directories are not fatal (the engine logs them, naming the config
     key, and leaves the role out; the gateway answers unchecked/models_unavailable). Only errors

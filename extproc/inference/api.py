@@ -55,6 +55,18 @@ class DetectionResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """The explainer's NLI verdict on one piece of an answer (an engine's optional `explain`)."""
+
+    start: int  # character offsets into the answer: the requested range, or the sentence's bounds
+    end: int
+    sentence: str  # the hypothesis judged: the sentence(s) holding [start, end)
+    label: str  # entailment | neutral | contradiction
+    confidence: float
+    entailment: float  # max P(entailment) over the context windows
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     role: str  # sentinel | detector | explainer | surrogate
     name: str

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from extproc.inference.api import DetectionResult, ModelInfo, ModelUnavailable, SentinelResult, Span
+from extproc.inference.api import Claim, DetectionResult, ModelInfo, ModelUnavailable, SentinelResult, Span
 from extproc.inference.batcher import Batcher
 from extproc.inference.calibration import CALIBRATION_FILE, Calibration, CalibrationError, CalibrationSet, check_models
 from extproc.inference.latent_audit import AuditError, LatentAudit, audit_features
@@ -350,6 +350,28 @@ class OnnxEngine:
         unique = list(dict.fromkeys(sentences))
         by_sentence = dict(zip(unique, await self._verify(context, unique)))
         return [by_sentence[s] for s in sentences]
+
+    async def explain(self, context: Sequence[str], answer: str,
+                      ranges: Sequence[tuple[int, int]] | None = None) -> tuple[Claim, ...]:
+        """The explainer's NLI verdict per range of the answer (each judged as the sentence(s) holding it),
+        or per answer sentence when no range is given. ValueError: no context, or a range outside the answer."""
+        if self.explainer is None:
+            raise ModelUnavailable("explainer model not loaded")
+        context = [c for c in context if c]
+        if not context:
+            raise ValueError("explain needs at least one non-empty context passage")
+        if ranges:
+            bad = [(a, b) for a, b in ranges if not 0 <= a < b <= len(answer)]
+            if bad:
+                raise ValueError(f"ranges {bad} are not inside the answer (0..{len(answer)})")
+            bounds = sentence_bounds(answer)
+            pieces = [(a, b, sentence_for(answer, bounds, a, b)) for a, b in ranges]
+        else:
+            pieces = [(a, b, answer[a:b]) for a, b in answer_sentences(answer)]
+        unique = list(dict.fromkeys(text for _, _, text in pieces))
+        by_text = dict(zip(unique, await self._verify(context, unique)))
+        return tuple(Claim(a, b, text, by_text[text].label, by_text[text].confidence, by_text[text].entailment)
+                     for a, b, text in pieces)
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
