@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
 
         opts = EnvoyOptions(listen_port=args.listen_port, admin_port=args.admin_port,
                             sidecar_address=args.grpc_address, upstream_url=upstream,
-                            failure_mode_allow=not args.fail_closed, message_timeout_s=args.message_timeout)
+                            failure_mode_allow=not args.fail_closed, message_timeout_s=args.message_timeout,
+                            max_message_timeout_s=_max_message_timeout_s(args.config))
         cfg_path = write_config(opts, workdir / "envoy.yaml")
         envoy = subprocess.Popen([envoy_bin, "-c", str(cfg_path), "--log-level", args.envoy_log_level,
                                   "--disable-hot-restart", "--concurrency", "2"])
@@ -129,6 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="truthlens dev", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+def _max_message_timeout_s(config_path: str | None) -> float:
+    """Envoy's cap on the sidecar's timeout requests: the sidecar config's, so both sides agree."""
+    from extproc.config import default_config, load_config
+
+    cfg = load_config(config_path) if config_path else default_config()
+    return cfg.server.envoy_max_message_timeout_s
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ from extproc.config.load import (
     config_warnings,
     default_config,
     load_config,
+    mitigation_budget_s,
     model_dir,
+    modes_in_use,
     parse_config,
 )
 from extproc.config.schema import *  # noqa: F403
@@ -19,5 +21,5 @@ from extproc.config.schema import __all__ as _schema_all
 
 __all__ = [
     "WARNING_PLACEHOLDERS", "ConfigError", "check_warning_template", "config_to_dict", "config_warnings",
-    "default_config", "load_config", "model_dir", "parse_config", *_schema_all,
+    "default_config", "load_config", "mitigation_budget_s", "model_dir", "modes_in_use", "parse_config", *_schema_all,
 ]

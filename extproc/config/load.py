@@ -63,9 +63,35 @@ def model_dir(path: str | None) -> Path | None:
     return p if p.is_absolute() else Path.cwd() / p
 
 
+def modes_in_use(cfg: Config) -> set[str]:
+    """The default mode and every decision's mode."""
+    return {cfg.truthlens.default_mode} | {
+        d.plugins.truthlens.mode for d in cfg.decisions if d.plugins.truthlens.mode is not None}
+
+
+def mitigation_budget_s(cfg: Config, mode: str) -> float:
+    """How long a standard/premium mitigation may take at worst (0 for lightweight), before the cap
+    `server.envoy_max_message_timeout_s` (Envoy ignores a longer override)."""
+    tl = cfg.truthlens
+    detect_s = tl.inference_timeout_ms / 1000.0
+    if mode == "standard":
+        return tl.modes.standard.max_iterations * (tl.modes.standard.timeout_ms / 1000.0 + detect_s) + 5.0
+    if mode == "premium":
+        return tl.modes.premium.timeout_ms / 1000.0 + detect_s + 5.0
+    return 0.0
+
+
 def config_warnings(cfg: Config) -> list[str]:
     """Problems the gateway survives (it runs without models and reports detection unavailable)."""
     warnings = []
+    cap = cfg.server.envoy_max_message_timeout_s
+    for mode in sorted(modes_in_use(cfg)):
+        budget = mitigation_budget_s(cfg, mode)
+        if budget > cap:
+            warnings.append(
+                f"truthlens.modes.{mode}: a mitigation may take {budget:g} s, more than "
+                f"server.envoy_max_message_timeout_s ({cap:g} s); it is cut off at the cap and keeps the first verdict"
+            )
     inference = cfg.truthlens.inference
     if inference.remote:  # the pool's processes load the models, not this one
         if inference.deadline_ms >= cfg.truthlens.inference_timeout_ms:

@@ -115,6 +115,9 @@ class ServerConfig:
     metrics_address: str = _checked("127.0.0.1:9464", check_host_port)
     max_message_bytes: int = _bounded(16 * 1024 * 1024, 1024)
     shutdown_grace_s: float = _bounded(10.0, 0.0)
+    # Envoy's ext_proc max_message_timeout (envoy/*.yaml, the chart's envoy.maxMessageTimeout): the most
+    # standard/premium modes may ask for; a test keeps the Envoy configs and the chart equal to it.
+    envoy_max_message_timeout_s: float = _bounded(60.0, 1.0)
     tls: TLSConfig = _sub(TLSConfig)
 
 
@@ -187,7 +190,7 @@ class LightweightModeConfig:
 class StandardModeConfig:
     max_iterations: int = _bounded(2, 1)
     upstream_url: str = _checked("http://127.0.0.1:8000", check_http_url)
-    timeout_ms: int = _bounded(30000, 1)
+    timeout_ms: int = _bounded(20000, 1)  # 2 x (20 s + inference) + 5 s fits server.envoy_max_message_timeout_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ class EnvoyOptions:
     upstream_url: str = "http://127.0.0.1:8000"
     failure_mode_allow: bool = True
     message_timeout_s: float = 10.0
+    max_message_timeout_s: float | None = None  # None: envoy/local.yaml's (= the config default's)
     with_ext_proc: bool = True  # False: bare Envoy (benchmark baseline)
     listen_host: str = "127.0.0.1"
 
@@ -63,6 +64,8 @@ def render(opts: EnvoyOptions) -> dict[str, Any]:
     if opts.with_ext_proc:
         ext["typed_config"]["failure_mode_allow"] = opts.failure_mode_allow
         ext["typed_config"]["message_timeout"] = f"{opts.message_timeout_s:g}s"
+        if opts.max_message_timeout_s is not None:
+            ext["typed_config"]["max_message_timeout"] = f"{opts.max_message_timeout_s:g}s"
     else:
         filters.remove(ext)
 

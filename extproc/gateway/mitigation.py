@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from extproc.config import Config
+from extproc.config import Config, mitigation_budget_s
 from extproc.gateway.context import RequestContext
 from extproc.inference.api import DetectionResult, Engine, Span
 from extproc.policy.verdict import Verdict
@@ -47,7 +47,8 @@ from extproc.telemetry.tracing import stage
 
 log = logging.getLogger("truthlens.mitigation")
 
-MAX_MESSAGE_TIMEOUT_S = 120.0  # envoy/local.yaml max_message_timeout
+# Finish this long before the time asked of Envoy runs out, so the reply (not Envoy's timer) ends the message.
+DEADLINE_MARGIN_S = 1.0
 FORWARDED_AUTH_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
 REFINE_INSTRUCTION = (
     "Some statements in your previous answer are not supported by the provided context:\n{spans}\n\n"
@@ -71,28 +72,24 @@ class Mitigator:
 
     def __init__(self, cfg: Config, engine: Engine, client: httpx.AsyncClient | None = None) -> None:
         self.engine = engine
+        self.cfg = cfg
         self.standard = cfg.truthlens.modes.standard
         self.premium = cfg.truthlens.modes.premium
         self.detect_timeout_s = cfg.truthlens.inference_timeout_ms / 1000.0
         self.client = client or httpx.AsyncClient(limits=httpx.Limits(max_connections=64))
 
     def budget_s(self, mode: str) -> float:
-        """How long one mitigation may take: the sidecar asks Envoy for this much message time,
-        capped at envoy/local.yaml's max_message_timeout (Envoy ignores larger requests)."""
-        if mode == "standard":
-            budget = self.standard.max_iterations * (self.standard.timeout_ms / 1000.0 + self.detect_timeout_s) + 5
-        elif mode == "premium":
-            budget = self.premium.timeout_ms / 1000.0 + self.detect_timeout_s + 5
-        else:
-            return 0.0
-        return min(budget, MAX_MESSAGE_TIMEOUT_S)
+        """How long one mitigation may take: the sidecar asks Envoy for this much message time, capped
+        at server.envoy_max_message_timeout_s (Envoy's max_message_timeout: it ignores larger requests)."""
+        return min(mitigation_budget_s(self.cfg, mode), self.cfg.server.envoy_max_message_timeout_s)
 
     async def mitigate(self, ctx: RequestContext, body: bytes, verdict: Verdict) -> tuple[Verdict, bytes | None]:
         """(final verdict, replacement body or None). Never raises: failures keep the verdict."""
         t0 = time.perf_counter()
         try:
             with stage("refine" if ctx.decision.mode == "standard" else "cross_check", mode=ctx.decision.mode):
-                result = await self._run(ctx, body, verdict)
+                deadline = max(self.budget_s(ctx.decision.mode) - DEADLINE_MARGIN_S, DEADLINE_MARGIN_S)
+                result = await asyncio.wait_for(self._run(ctx, body, verdict), deadline)
         except Exception as exc:  # noqa: BLE001 - mitigation is best effort by design
             log.warning("request %s: %s mode failed (%r); keeping the lightweight verdict",
                         ctx.request_id, ctx.decision.mode, exc)

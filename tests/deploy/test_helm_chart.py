@@ -317,3 +317,22 @@ def test_a_key_set_to_null_stays_null(tmp_path: Path) -> None:
     assert cfg["models"]["sentinel"] is None and cfg["models"]["explainer"] is None
     assert cfg["models"]["detector"] == "models/detector"
     assert cfg["rag_context_field"] is None
+
+
+@pytest.mark.parametrize("name", ["default", "gpu-premium"])
+def test_sidecar_asks_envoy_for_at_most_what_envoy_allows(name: str) -> None:
+    """The chart sets server.envoy_max_message_timeout_s from envoy.maxMessageTimeout (90s with gpu-premium)."""
+    objs = helm_template(*RENDERINGS[name])
+    cfg = yaml.safe_load(find(objs, "ConfigMap", "-config")["data"]["config.yaml"])
+    envoy = yaml.safe_load(find(objs, "ConfigMap", "-envoy")["data"]["envoy.yaml"])
+    caps = {f["typed_config"]["max_message_timeout"] for f in _ext_proc_filters(envoy)}
+    assert caps == {f"{cfg['server']['envoy_max_message_timeout_s']:g}s"}
+
+
+def _ext_proc_filters(node: Any) -> list[dict[str, Any]]:
+    if isinstance(node, dict):
+        own = [node] if node.get("name") == "envoy.filters.http.ext_proc" else []
+        return own + [f for v in node.values() for f in _ext_proc_filters(v)]
+    if isinstance(node, list):
+        return [f for v in node for f in _ext_proc_filters(v)]
+    return []

@@ -119,3 +119,20 @@ async def test_premium_drops_a_span_the_verifiers_support(upstream: DemoUpstream
 async def test_lightweight_config_builds_no_mitigator(upstream: DemoUpstreamServer) -> None:
     cfg = parse_config({})
     assert build_mitigator(cfg, ScriptedTestEngine()) is None
+
+
+async def test_mitigation_stops_before_envoys_cap_and_keeps_the_first_verdict(upstream: DemoUpstreamServer) -> None:
+    """Envoy allows server.envoy_max_message_timeout_s at most: a slower re-ask is cut, the answer stays."""
+    upstream.scripts["slow"] = Script(chunks=[FLAGGED[:10], FLAGGED[10:]], delay_s=10.0)
+    cfg = parse_config({"server": {"envoy_max_message_timeout_s": 2},
+                        "truthlens": {"default_mode": "standard", "modes": {"standard": {
+                            "upstream_url": upstream.url + "/script/slow", "timeout_ms": 20000}}}})
+    engine = ScriptedTestEngine()
+    svc = TruthLensService(GatewayRuntime(cfg, engine, mitigator=build_mitigator(cfg, engine)))
+    replies = await run_json(svc)
+    assert replies[3].override_message_timeout.seconds == 2  # asked of Envoy: the cap, not the 55 s budget
+    common = replies[4].response_body.response
+    assert not common.HasField("body_mutation")  # the original answer, unchanged
+    h = set_headers(common)
+    assert (h["x-truthlens-iterations"], h["x-truthlens-detected"]) == ("1", "true")
+    await svc.rt.mitigator.close()

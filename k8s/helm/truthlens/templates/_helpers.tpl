@@ -80,6 +80,10 @@ truthlens.rag_context_field truthlens.models.sentinel truthlens.models.detector 
 {{- fail (printf "sidecar.transport: expected tcp or uds, got %q" .Values.sidecar.transport) -}}
 {{- end -}}
 {{- $server := mergeOverwrite (deepCopy (default dict $cfg.server)) (dict "grpc_address" $grpc "metrics_address" (printf "0.0.0.0:%d" (int .Values.sidecar.metricsPort))) -}}
+{{- if .Values.envoy.enabled -}}
+{{- /* the sidecar asks Envoy for at most what Envoy allows */ -}}
+{{- $_ := set $server "envoy_max_message_timeout_s" (include "truthlens.seconds" .Values.envoy.maxMessageTimeout | float64) -}}
+{{- end -}}
 {{- if .Values.sidecarTLS.enabled -}}
 {{- $_ := required "sidecarTLS.secretName is required when sidecarTLS.enabled" .Values.sidecarTLS.secretName -}}
 {{- $tls := dict "enabled" true "cert_file" "/etc/truthlens-tls/tls.crt" "key_file" "/etc/truthlens-tls/tls.key" "client_ca_file" (ternary "/etc/truthlens-tls/ca.crt" nil .Values.sidecarTLS.mutual) -}}
@@ -98,4 +102,15 @@ exec:
 grpc:
   port: {{ .Values.sidecar.grpcPort }}
 {{- end }}
+{{- end -}}
+
+{{/* A duration as Envoy writes it (500ms, 60s, 2m, 1h; values.schema.json's pattern) in seconds. */}}
+{{- define "truthlens.seconds" -}}
+{{- $v := toString . -}}
+{{- if hasSuffix "ms" $v -}}{{ divf (trimSuffix "ms" $v | float64) 1000 }}
+{{- else if hasSuffix "s" $v -}}{{ trimSuffix "s" $v | float64 }}
+{{- else if hasSuffix "m" $v -}}{{ mulf (trimSuffix "m" $v | float64) 60 }}
+{{- else if hasSuffix "h" $v -}}{{ mulf (trimSuffix "h" $v | float64) 3600 }}
+{{- else -}}{{ fail (printf "expected a duration like 60s, got %q" $v) }}
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,75 @@
+"""Every default lives in the config schema. Where a copy must exist outside Python (the Envoy
+configs, the Helm chart's values), these tests fail as soon as it disagrees."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from extproc.config import default_config, mitigation_budget_s
+from extproc.devtools.envoy_config import EnvoyOptions, render
+
+ROOT = Path(__file__).resolve().parents[3]
+ENVOY_CONFIGS = [ROOT / "envoy" / "local.yaml", ROOT / "envoy" / "production.yaml"]
+UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def seconds(duration: str) -> float:
+    m = re.fullmatch(r"([0-9.]+)(ms|s|m|h)", duration)
+    assert m, duration
+    return float(m.group(1)) * UNITS[m.group(2)]
+
+
+def ext_proc_filters(node: Any) -> Iterator[dict[str, Any]]:
+    """Every ext_proc filter's typed_config in an Envoy bootstrap (all listeners)."""
+    if isinstance(node, dict):
+        if node.get("name") == "envoy.filters.http.ext_proc":
+            yield node["typed_config"]
+        for v in node.values():
+            yield from ext_proc_filters(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from ext_proc_filters(v)
+
+
+@pytest.mark.parametrize("path", ENVOY_CONFIGS, ids=lambda p: p.name)
+def test_envoy_configs_use_the_config_timeouts(path: Path) -> None:
+    cfg = default_config()
+    filters = list(ext_proc_filters(yaml.safe_load(path.read_text())))
+    assert filters
+    for f in filters:
+        assert seconds(f["max_message_timeout"]) == cfg.server.envoy_max_message_timeout_s
+        # Envoy's per-message timer must outlast the sidecar's own inference timeout (which answers "unchecked")
+        assert seconds(f["message_timeout"]) > cfg.truthlens.inference_timeout_ms / 1000.0
+
+
+def test_helm_values_use_the_config_timeouts() -> None:
+    values = yaml.safe_load((ROOT / "k8s" / "helm" / "truthlens" / "values.yaml").read_text())
+    cfg = default_config()
+    assert seconds(values["envoy"]["maxMessageTimeout"]) == cfg.server.envoy_max_message_timeout_s
+    assert seconds(values["envoy"]["messageTimeout"]) > cfg.truthlens.inference_timeout_ms / 1000.0
+
+
+@pytest.mark.parametrize("mode", ["standard", "premium"])
+def test_default_mitigation_fits_under_the_envoy_cap(mode: str) -> None:
+    cfg = default_config()
+    assert 0 < mitigation_budget_s(cfg, mode) <= cfg.server.envoy_max_message_timeout_s
+
+
+def test_dev_envoy_rendering_takes_the_cap_from_the_config() -> None:
+    (f,) = ext_proc_filters(render(EnvoyOptions(max_message_timeout_s=42)))
+    assert f["max_message_timeout"] == "42s"
+    (f,) = ext_proc_filters(render(EnvoyOptions()))
+    assert seconds(f["max_message_timeout"]) == default_config().server.envoy_max_message_timeout_s
+
+
+def test_a_mode_slower_than_the_envoy_cap_is_warned_about() -> None:
+    from extproc.config import config_warnings, parse_config
+
+    slow = parse_config({"truthlens": {"default_mode": "standard", "modes": {"standard": {"timeout_ms": 60000}}}})
+    assert any(w.startswith("truthlens.modes.standard: a mitigation may take 135 s") for w in config_warnings(slow))
+    assert not any("modes." in w for w in config_warnings(default_config()))
