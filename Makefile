@@ -67,42 +67,42 @@ test: setup-dev
 # and the packaged MiniLM base
 # (CPU here: about two hours on 2 idle cores, most of it the two detectors). Each script takes --max-steps etc.
 models: setup-dev
-	$(PY) -m models.train_sentinel  --config models/sentinel/train.yaml  --out models/sentinel
-	$(PY) -m models.train_prefilter --config models/sentinel/train.yaml --model models/sentinel
-	$(PY) -m models.cards sentinel models/sentinel --latency
-	$(PY) -m models.train_explainer --config models/explainer/train.yaml --out models/explainer
-	$(PY) -m models.cards explainer models/explainer --latency
-	$(PY) -m models.data.convert --out data-cache/hallucination
-	$(PY) -m models.data.synthetic --out data-cache/hallucination
-	$(PY) -m models.train_detector --config models/detector/train.yaml --out models/detector
-	$(PY) -m models.detector_card models/detector --latency
-	$(PY) -m models.train_detector --config models/detector-deep/train.yaml --out models/detector-deep
-	$(PY) -m models.detector_card models/detector-deep --latency
+	$(PY) -m models.pipelines.sentinel.train     --config models/sentinel/train.yaml --out models/sentinel
+	$(PY) -m models.pipelines.sentinel.prefilter --config models/sentinel/train.yaml --model models/sentinel
+	$(PY) -m models.pipelines.sentinel.card models/sentinel --latency
+	$(PY) -m models.pipelines.explainer.train --config models/explainer/train.yaml --out models/explainer
+	$(PY) -m models.pipelines.explainer.card models/explainer --latency
+	$(PY) -m models.pipelines.hallucination.convert   --out data-cache/hallucination
+	$(PY) -m models.pipelines.hallucination.synthetic --out data-cache/hallucination
+	$(PY) -m models.pipelines.detector.train --config models/detector/train.yaml --out models/detector
+	$(PY) -m models.pipelines.detector.card models/detector --latency
+	$(PY) -m models.pipelines.detector.train --config models/detector-deep/train.yaml --out models/detector-deep
+	$(PY) -m models.pipelines.detector.card models/detector-deep --latency
 	# the served score's calibration, on the real-output suite's RAG dev parts (fresh scores for the new models);
 	# it prints the calibrated operating point: thresholds.response's default must follow (a test checks it)
 	rm -rf data-cache/suite/scores
-	$(PY) bench/real_output_suite.py --candidates detector+verifier+pmi --fit-calibration detector+verifier+pmi \
+	$(PY) -m bench.real_output_suite --candidates detector+verifier+pmi --fit-calibration detector+verifier+pmi \
 		--out data-cache/suite/calibration
-	$(PY) bench/real_output_suite.py --candidates detector_deep+verifier --fit-calibration detector_deep+verifier \
+	$(PY) -m bench.real_output_suite --candidates detector_deep+verifier --fit-calibration detector_deep+verifier \
 		--out data-cache/suite/calibration-deep
 
 # The real-output suite (../shared/data): answers real models wrote, labelled by people; thresholds chosen on
 # suite-dev, numbers on suite-test. Per-example scores are cached in data-cache/suite (delete it after retraining).
 eval: setup-dev
-	$(PY) bench/real_output_suite.py --out bench/results/real-output-suite
+	$(PY) -m bench.real_output_suite --out bench/results/real-output-suite
 
 # Benchmarks write markdown + JSON under bench/results/ with the command and machine.
 bench: setup-dev
-	$(PY) bench/protobuf_bench.py --iterations 20000 --warmup 1000 --out bench/results/protobuf.md
-	$(PY) bench/gateway_bench.py --requests 6400 --rounds 32
-	$(PY) bench/gateway_bench.py --requests 1600 --rounds 16 --prompt "Suggest some ways to relax." --out bench/results/gateway-model-sentinel.md
-	$(PY) bench/gateway_bench.py --requests 800 --rounds 16 --upstream-delay-ms 50 --out bench/results/gateway-llm50.md
-	$(PY) bench/gateway_bench.py --requests 1600 --rounds 16 --no-models --out bench/results/gateway-no-models.md
-	$(PY) bench/hotpath_bench.py --requests 20000
-	$(PY) bench/sentinel_batching.py --prompts 400
-	$(PY) bench/inference_bench.py --repeats 10
-	$(PY) bench/detector_depth.py --layers 2 3 4 6
-	$(PY) bench/surrogate_bench.py
+	$(PY) -m bench.protobuf_bench --iterations 20000 --warmup 1000 --out bench/results/protobuf.md
+	$(PY) -m bench.gateway_bench --requests 6400 --rounds 32
+	$(PY) -m bench.gateway_bench --requests 1600 --rounds 16 --prompt "Suggest some ways to relax." --out bench/results/gateway-model-sentinel.md
+	$(PY) -m bench.gateway_bench --requests 800 --rounds 16 --upstream-delay-ms 50 --out bench/results/gateway-llm50.md
+	$(PY) -m bench.gateway_bench --requests 1600 --rounds 16 --no-models --out bench/results/gateway-no-models.md
+	$(PY) -m bench.hotpath_bench --requests 20000
+	$(PY) -m bench.sentinel_batching --prompts 400
+	$(PY) -m bench.inference_bench --repeats 10
+	$(PY) -m bench.detector_depth --layers 2 3 4 6
+	$(PY) -m bench.surrogate_bench
 
 check-config: setup-serve
 	$(VENV)/bin/truthlens check-config $(CONFIG)

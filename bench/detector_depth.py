@@ -1,6 +1,6 @@
 """What a 512-token detector window costs by encoder depth: is a smaller MiniLM the way to 25 ms?
 
-    .venv/bin/python bench/detector_depth.py --layers 2 3 4 6
+    .venv/bin/python -m bench.detector_depth --layers 2 3 4 6
 
 Keeps the first N layers of the packaged all-MiniLM-L6-v2 (untrained token-classification
 head: latency only, no quality), exports each through `extproc.inference.export` exactly as the
@@ -12,20 +12,16 @@ Needs the `train` extra (torch, transformers).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
+from bench.common import RESULTS, command, machine, time_ms, write_results
+
 WINDOWING_MS = 1.5  # end to end minus session time for one 512-token window (bench/results/inference.md)
-sys.path.insert(0, str(REPO))
 
 
 def time_session(path: Path, threads: int, runs: int, length: int = 512) -> float:
@@ -40,27 +36,20 @@ def time_session(path: Path, threads: int, runs: int, length: int = 512) -> floa
     feed = {i.name: ids if i.name == "input_ids" else np.ones((1, length), dtype=np.int64) for i in s.get_inputs()}
     if "token_type_ids" in feed:
         feed["token_type_ids"] = np.zeros((1, length), dtype=np.int64)
-    for _ in range(3):
-        s.run(None, feed)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        s.run(None, feed)
-        times.append((time.perf_counter() - t) * 1000)
-    return float(np.median(times))
+    return float(np.median(time_ms(lambda: s.run(None, feed), runs)))
 
 
 def main() -> int:
-    from transformers import AutoConfig, BertForTokenClassification
-
-    from extproc.inference.export import export_model
-    from models import common
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", type=int, nargs="+", default=[2, 3, 4, 6])
     p.add_argument("--runs", type=int, default=20)
-    p.add_argument("--out", default=str(REPO / "bench" / "results" / "detector-depth.md"))
+    p.add_argument("--out", default=str(RESULTS / "detector-depth.md"))
     args = p.parse_args()
+    from transformers import AutoConfig, BertForTokenClassification
+
+    from extproc.inference.export import export_model
+    from models import shared as common
+
     base = common.base_model_dir()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,12 +68,10 @@ def main() -> int:
                    "p50_ms_1_thread": round(time_session(out / "model.onnx", 1, args.runs), 1)}
             print(row, flush=True)
             rows.append(row)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    machine = f"{cpu}, {os.cpu_count()} cores, no GPU, load average at end {os.getloadavg()[0]:.2f}"
+    host = machine("at end", kernel=False)
     lines = ["# Detector window cost by encoder depth", "",
-             f"Command: `python bench/detector_depth.py --layers {' '.join(map(str, args.layers))}`", "",
-             f"Machine: {machine}; onnxruntime CPU, spinning off.", "",
+             f"Command: `{command('bench.detector_depth')}`", "",
+             f"Machine: {host}; onnxruntime CPU, spinning off.", "",
              "First N layers of all-MiniLM-L6-v2 (384 hidden, 12 heads), exported like the bundled detectors "
              "(fused attention, int8, per-channel), one 512-token row, median of "
              f"{args.runs} session runs. Latency only: these heads are untrained.", "",
@@ -92,11 +79,9 @@ def main() -> int:
     lines += [f"| {r['layers']} | {r['mb']} | {r['p50_ms_2_threads']} | {r['p50_ms_1_thread']} |" for r in rows]
     meets = [str(r["layers"]) for r in rows if r["p50_ms_2_threads"] + WINDOWING_MS <= 25.0]
     lines += ["", f"Depths that meet the 25 ms target for one 512-token window on 2 cores end to end (session p50 + "
-              f"~{WINDOWING_MS} ms of tokenizing and windowing, as `bench/inference_bench.py` measures for the trained "
+              f"~{WINDOWING_MS} ms of tokenizing and windowing, as `python -m bench.inference_bench` measures for the trained "
               f"detectors): {', '.join(meets) or 'none'}."]
-    out_path = Path(args.out)
-    out_path.write_text("\n".join(lines) + "\n")
-    out_path.with_suffix(".json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
+    out_path = write_results(args.out, "\n".join(lines) + "\n", {"machine": host, "rows": rows})
     print(f"wrote {out_path}")
     return 0
 

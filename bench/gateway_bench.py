@@ -4,7 +4,7 @@ One run measures all three setups at concurrency 1 and 16 against the same demo 
 in its own process (upstream, sidecar, Envoy, and this load generator), and writes
 bench/results/gateway.md (+ .json) with the command and the machine.
 
-    nice -n 15 .venv/bin/python bench/gateway_bench.py --requests 400
+    nice -n 15 .venv/bin/python -m bench.gateway_bench --requests 400
 
 "Added latency" is each setup's latency minus bare Envoy's at the same concurrency. The
 TruthLens target: pass-through p50 within 1.2x of the do-nothing processor's
@@ -16,30 +16,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from urllib.parse import urlsplit
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from extproc.commands.dev import terminate, wait_grpc_serving  # noqa: E402
-from tests.e2e.harness import EnvoyProcess, free_port  # noqa: E402
+from bench.common import REPO, command, machine, percentile, write_results
+from extproc.devtools.processes import terminate, wait_grpc_serving
+from tests.e2e.harness import EnvoyProcess, free_port
 
 PROMPT = {"model": "truthlens-demo", "messages": [{"role": "user", "content": "Write a short poem about the sea."}]}
-
-
-def percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
 class Sample:
@@ -137,11 +127,13 @@ async def burst(conns: list[Connection], sample: Sample, requests: int) -> None:
 
 
 def process_cpu_s(pid: int | None) -> float:
-    """User + system CPU seconds of a process (Linux /proc); 0 when there is none (bare Envoy)."""
+    """User + system CPU seconds of a process; 0 when there is none (bare Envoy)."""
     if pid is None:
         return 0.0
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 async def measure(urls: dict[str, str], concurrency: int, requests: int, rounds: int, warmup: int,
@@ -190,7 +182,7 @@ def start_sidecar(kind: str, config: str | None) -> tuple[subprocess.Popen[bytes
         return None, ""
     address = f"127.0.0.1:{free_port()}"
     if kind == "noop":
-        cmd = [sys.executable, str(REPO / "bench" / "noop_processor.py"), "--address", address]
+        cmd = [sys.executable, "-m", "bench.noop_processor", "--address", address]
     else:
         # As deployed: Prometheus metrics on (every verdict is recorded), logs at warning.
         cmd = [sys.executable, "-m", "extproc.commands.serve", "--grpc-address", address,
@@ -201,19 +193,6 @@ def start_sidecar(kind: str, config: str | None) -> tuple[subprocess.Popen[bytes
     if not wait_grpc_serving(address, 180, proc):
         raise RuntimeError(f"{kind} sidecar did not start")
     return proc, address
-
-
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load1 = os.getloadavg()[0]
-    return f"{cpu}, {os.cpu_count()} cores, no GPU, Linux {platform.release()}, load average at start {load1:.2f}"
 
 
 TRUTHLENS = "Envoy + TruthLens (non-factual prompt)"
@@ -229,12 +208,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     upstream_port = free_port()
     procs: list[subprocess.Popen[bytes]] = []
     envoys: list[EnvoyProcess] = []
-    upstream = subprocess.Popen([sys.executable, str(REPO / "bench" / "fast_upstream.py"), "--port", str(upstream_port),
+    upstream = subprocess.Popen([sys.executable, "-m", "bench.fast_upstream", "--port", str(upstream_port),
                                  "--delay-ms", str(args.upstream_delay_ms)], cwd=REPO, stdout=subprocess.DEVNULL)
     procs.append(upstream)
     upstream_url = f"http://127.0.0.1:{upstream_port}"
-    command = " ".join(["python", *sys.argv]).replace(str(REPO) + "/", "")
-    results: dict[str, Any] = {"machine": machine(), "command": command, "setups": {},
+    results: dict[str, Any] = {"machine": machine(), "command": command("bench.gateway_bench"), "setups": {},
                                "upstream_delay_ms": args.upstream_delay_ms, "prompt": PROMPT["messages"][0]["content"],
                                "context": PROMPT.get("truthlens_context")}
     try:
@@ -385,11 +363,8 @@ def main() -> int:
         tmp.close()
         args.config = tmp.name
     results = run(args)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     results["notes"] = [*auto_notes(args), *args.note]
-    out.write_text(report(results))
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    out = write_results(args.out, report(results), results)
     print(f"wrote {out}")
     return 0
 

@@ -8,7 +8,7 @@ replies serialized, as gRPC would. This is the hot-loop cost (warm caches, one c
 on a saturated machine shared with Envoy the same code costs several times more, which is what
 bench/gateway_bench.py measures.
 
-    .venv/bin/python bench/hotpath_bench.py --requests 20000
+    .venv/bin/python -m bench.hotpath_bench --requests 20000
 """
 
 from __future__ import annotations
@@ -16,20 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any, AsyncIterator
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from envoy.config.core.v3 import base_pb2  # noqa: E402
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb  # noqa: E402
+from bench.common import RESULTS, command, machine, write_results
 
 PROMPT = "Write a short poem about the sea."
 
@@ -81,8 +77,7 @@ async def time_streams(servicer: Any, wire: list[bytes], requests: int, repeats:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from noop_processor import NoopProcessor
-
+    from bench.noop_processor import NoopProcessor
     from extproc.config import default_config
     from extproc.gateway.service import TruthLensService
     from extproc.telemetry.metrics import Metrics
@@ -96,9 +91,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     quick = rt.engine.prefilter_prompt(args.prompt)
     return {"truthlens_us": truthlens, "noop_us": noop, "prompt": args.prompt,
             "decided_by": quick.by if quick is not None else "model",
-            "command": " ".join(["python", *sys.argv]).replace(str(REPO) + "/", ""),
-            "machine": f"{platform.processor() or 'CPU'}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-                       f"load average at start {os.getloadavg()[0]:.2f}"}
+            "command": command("bench.hotpath_bench"),
+            "machine": f"{machine(kernel=False)}, Python {platform.python_version()}"}
 
 
 def report(r: dict[str, Any]) -> str:
@@ -131,14 +125,12 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=20000, help="streams per repeat")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--prompt", default=PROMPT)
-    p.add_argument("--out", default=str(REPO / "bench" / "results" / "hotpath.md"))
+    p.add_argument("--out", default=str(RESULTS / "hotpath.md"))
     p.add_argument("--note", action="append", default=[], help="a line for the report's Notes section")
     args = p.parse_args()
     r = run(args)
     r["notes"] = args.note
-    out = Path(args.out)
-    out.write_text(report(r))
-    out.with_suffix(".json").write_text(json.dumps(r, indent=2) + "\n")
+    write_results(args.out, report(r), r)
     print(report(r))
     return 0
 

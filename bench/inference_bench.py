@@ -1,8 +1,8 @@
 """Inference benchmark: detector latency vs context length, explainer cost per span,
 engine throughput at concurrency 1/8/32 with and without batching, sidecar RSS.
 
-    nice -n 15 .venv/bin/python bench/inference_bench.py            # bundled models
-    .venv/bin/python bench/inference_bench.py --quick --detector DIR --explainer DIR --sentinel DIR \
+    nice -n 15 .venv/bin/python -m bench.inference_bench            # bundled models
+    .venv/bin/python -m bench.inference_bench --quick --detector DIR --explainer DIR --sentinel DIR \
         --out /tmp/bench                                            # harness check on any model dirs
 
 Writes `<out>.json` and `<out>.md` (default bench/results/inference) with the command, machine and date.
@@ -27,13 +27,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from extproc.inference.engine import EngineSettings, build_engine  # noqa: E402
-from extproc.inference.models import Detector, Explainer, OnnxModel  # noqa: E402
-from extproc.inference.runtime import RuntimeOptions  # noqa: E402
-from extproc.inference.windowing import Row  # noqa: E402
+from bench.common import REPO as ROOT
+from bench.common import command, git_commit, write_results
+from extproc.evaluation.machine import cpu_name, gpu, simd
+from extproc.inference.engine import EngineSettings, build_engine
+from extproc.inference.models import Detector, Explainer, OnnxModel
+from extproc.inference.runtime import RuntimeOptions
+from extproc.inference.windowing import Row
 
 VOCAB = (
     "the report says that revenue grew by seven percent in the third quarter while costs fell as the company "
@@ -250,7 +250,7 @@ def rss_child(args: argparse.Namespace) -> None:
 def bench_rss(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = []
     for budget in [int(x) for x in args.rss_batch_budgets.split(",")]:
-        cmd = [sys.executable, __file__, "--rss-child", "--detector", args.detector, "--explainer", args.explainer,
+        cmd = [sys.executable, "-m", "bench.inference_bench", "--rss-child", "--detector", args.detector, "--explainer", args.explainer,
                "--sentinel", args.sentinel, "--threads", str(args.threads), "--rss-batch-tokens", str(budget)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
         out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -261,18 +261,10 @@ def bench_rss(args: argparse.Namespace) -> list[dict[str, Any]]:
 def machine() -> dict[str, Any]:
     import onnxruntime as ort
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    except OSError:
-        commit = "?"
-    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("flags")), [])
-    simd = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile") if f in flags]
-    return {"cpu": cpu, "cores": os.cpu_count(), "simd": simd, "gpu": "none", "python": platform.python_version(),
-            "onnxruntime": ort.__version__, "providers": ort.get_available_providers(), "os": platform.platform(),
-            "loadavg_start": os.getloadavg(), "git_commit": commit}
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "simd": simd(), "gpu": gpu() or "none",
+            "python": platform.python_version(), "onnxruntime": ort.__version__,
+            "providers": ort.get_available_providers(), "os": platform.platform(), "loadavg_start": os.getloadavg(),
+            "git_commit": git_commit()}
 
 
 def model_info(path: str) -> dict[str, Any]:
@@ -312,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rss_child:
         rss_child(args)
         return 0
-    from inference_report import write_markdown  # sibling file: bench/ is sys.path[0] when run as a script
+    from bench.inference_report import write_markdown
 
     if args.render:  # re-render the markdown from a saved JSON (e.g. after adding notes)
         result = json.loads(Path(args.render).read_text())
@@ -324,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = RuntimeOptions("cpu", args.threads, 1)
     started = dt.datetime.now(dt.timezone.utc)
     result: dict[str, Any] = {
-        "command": ("nice -n %d " % os.nice(0) if os.nice(0) else "") + " ".join([".venv/bin/python", *sys.argv]),
+        "command": command("bench.inference_bench", argv),
         "date_utc": started.strftime("%Y-%m-%d %H:%M UTC"), "quick": args.quick, "threads": args.threads,
         "machine": machine(), "notes": list(args.note),
         "models": {r: model_info(getattr(args, r)) for r in ("detector", "explainer", "sentinel")
@@ -340,11 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     result["rss"] = bench_rss(args)
     result["machine"]["loadavg_end"] = os.getloadavg()
     result["wall_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    out.with_suffix(".md").write_text(write_markdown(result))
-    print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.json')}", file=sys.stderr)
+    out = write_results(Path(args.out).with_suffix(".md"), write_markdown(result), result)
+    print(f"wrote {out} and {out.with_suffix('.json')}", file=sys.stderr)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Markdown for `bench/inference_bench.py` results (the JSON next to it is the record)."""
+"""Markdown for `python -m bench.inference_bench` results (the JSON next to it is the record)."""
 
 from __future__ import annotations
 

@@ -36,10 +36,7 @@ class NoopProcessor(pb_grpc.ExternalProcessorServicer):
 def main() -> None:
     import argparse
     import asyncio
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from extproc.server import ServerOptions, SidecarServer, run_until_signal
 
     p = argparse.ArgumentParser(description=__doc__)

@@ -20,7 +20,7 @@ envoy-data-plane 2.x installs under the top-level package `envoy_data_plane`, so
 collide with xds-protos's `envoy` package and both run in the project venv.
 
 Usage:
-  nice -n 15 .venv/bin/python bench/protobuf_bench.py --iterations 20000 --out bench/results/protobuf.md
+  nice -n 15 .venv/bin/python -m bench.protobuf_bench --iterations 20000 --out bench/results/protobuf.md
 """
 
 from __future__ import annotations
@@ -38,12 +38,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
-from envoy.config.core.v3 import base_pb2  # noqa: E402
-from envoy.service.ext_proc.v3 import external_processor_pb2 as ep  # noqa: E402
-
-from extproc.protocol import envoy as E  # noqa: E402
+from bench.common import command, cpu_name, write_results
+from extproc.protocol import envoy as E
 
 HEADERS = [
     (":authority", "llm.internal.example.com"),
@@ -205,16 +204,6 @@ def import_seconds(module: str, repeat: int = 3) -> float:
     return min(runs)
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def _version(dist: str) -> str:
     try:
         return metadata.version(dist)
@@ -265,8 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"import {name:18s} {secs * 1000:8.0f} ms")
 
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(_report(results, imports, args, load_before, load_after))
+        write_results(args.out, _report(results, imports, args, load_before, load_after))
         print(f"wrote {args.out}")
     return 0
 
@@ -276,18 +264,17 @@ def _report(results, imports, args, load_before, load_after) -> str:
         "# ext_proc protobuf layer: xds-protos vs envoy-data-plane",
         "",
         "Per-message cost of parse (serialized ProcessingRequest) + read + build reply + serialize.",
-        "Produced by `bench/protobuf_bench.py` (its docstring describes the scenarios).",
+        "Produced by `python -m bench.protobuf_bench` (its docstring describes the scenarios).",
         "",
         "## Command",
         "",
         "```",
-        f"nice -n 15 .venv/bin/python bench/protobuf_bench.py --iterations {args.iterations} "
-        f"--warmup {args.warmup} --out {args.out}",
+        command("bench.protobuf_bench"),
         "```",
         "",
         "## Machine",
         "",
-        f"- CPU: {_cpu_model()}, {os.cpu_count()} cores visible, no GPU; shared with other jobs "
+        f"- CPU: {cpu_name()}, {os.cpu_count()} cores visible, no GPU; shared with other jobs "
         f"(load average {load_before[0]:.1f} before, {load_after[0]:.1f} after)",
         f"- Python {platform.python_version()} ({platform.system()} {platform.machine()})",
         f"- xds-protos {_version('xds-protos')}, protobuf {_version('protobuf')} (backend: {_backend()}), "

@@ -1,9 +1,9 @@
 """The real-output suite: every candidate on answers real models wrote and people labelled.
 
-    .venv/bin/python bench/real_output_suite.py                      # what `make eval` runs
-    .venv/bin/python bench/real_output_suite.py --candidates detector_max detector --per-split 50
+    .venv/bin/python -m bench.real_output_suite                      # what `make eval` runs
+    .venv/bin/python -m bench.real_output_suite --candidates detector_max detector --per-split 50
 
-Sets (../shared/data/hallucination, converted by `models.data.convert`): only the part no
+Sets (../shared/data/hallucination, converted by `models.pipelines.hallucination.convert`): only the part no
 bundled model trained on (the converter's dev part), split again into suite-dev / suite-test by
 source document (`extproc.evaluation.suite.suite_split`), a fixed sample of each. Thresholds
 and calibrations are chosen on the pooled suite-dev parts of the selection sets; the report
@@ -31,13 +31,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from extproc.evaluation.metrics import auroc, latency_summary  # noqa: E402
-from extproc.evaluation.suite import Gold, Scored, choose_threshold, fmt, row_metrics, stable_sample, suite_split  # noqa: E402
-from extproc.inference.spans import answer_sentences, sentence_doubt  # noqa: E402
+from bench.common import REPO as ROOT
+from bench.common import RESULTS, command, machine_info, write_results
+from extproc.evaluation.metrics import auroc, latency_summary
+from extproc.evaluation.suite import Gold, Scored, choose_threshold, fmt, row_metrics, stable_sample, suite_split
+from extproc.inference.spans import answer_sentences, sentence_doubt
 
 DATA = ROOT.parent / "shared" / "data" / "hallucination"
 # set -> (converter source, id prefix filter or None, what)
@@ -62,8 +60,8 @@ RAG_SETS = ("expertqa", "attributionbench", "real_rag")
 
 def load_sets(data: Path, cache: Path, names: Sequence[str], per_split: int | None) -> dict[str, list[dict]]:
     """name -> records (with `split`), converted once into the cache."""
-    from models.data.convert import DEV_FRACTION, SOURCES, convert
-    from models.data.records import read_jsonl
+    from models.pipelines.hallucination.convert import DEV_FRACTION, SOURCES, convert
+    from models.pipelines.hallucination.records import read_jsonl
 
     out: dict[str, list[dict]] = {}
     for name in names:
@@ -182,7 +180,7 @@ def _detector_tokens(model_dir: str) -> Callable[[list[dict], argparse.Namespace
     def run(recs: list[dict], args: argparse.Namespace) -> list[dict]:
         from extproc.inference.models import Detector, OnnxModel
         from extproc.inference.runtime import RuntimeOptions
-        from models.detector_features import aggregate
+        from models.pipelines.detector.evaluate import aggregate
 
         det = Detector(OnnxModel(ROOT / model_dir, "detector", RuntimeOptions("cpu", args.threads)))
         pos = det.model.manifest.positive_index
@@ -506,7 +504,7 @@ def fit_calibration(cand: str, dev: dict[str, list[Scored]], gold: dict[str, lis
 
     dirs = SERVABLE[cand]
     models = {r: file_sha256(ROOT / d / "model.onnx") for r, d in dirs.items() if r != "surrogate"}
-    command = "bench/real_output_suite.py --fit-calibration " + cand
+    command = "python -m bench.real_output_suite --fit-calibration " + cand
     raw = [s.score for n in selection if n in dev for s in dev[n]]
     labels = [g.hallucinated for n in selection if n in gold for g in gold[n]]
     meta = {"sets": list(selection), "split": "suite-dev", "answers": len(raw), "hallucinated": int(sum(labels)),
@@ -586,8 +584,6 @@ def render(report: dict[str, Any]) -> str:
 
 
 def machine() -> str:
-    from models.common import machine_info
-
     m = machine_info()
     return ", ".join(f"{k} {v}" for k, v in m.items() if not isinstance(v, (dict, list)))
 
@@ -607,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also fit and write the detector directory's calibration.json for this candidate "
                          f"({', '.join(SERVABLE)})")
     ap.add_argument("--cache", type=Path, default=ROOT / "data-cache" / "suite")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "real-output-suite")
+    ap.add_argument("--out", type=Path, default=RESULTS / "real-output-suite")
     args = ap.parse_args(argv)
     if not args.data.is_dir():
         print(f"error: data folder {args.data} not found", file=sys.stderr)
@@ -616,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     args.served_latency = {}  # filled by evaluate when `served` runs
     selection = [n for n in (args.selection or RAG_SETS) if n in sets and n not in REPORT_ONLY]
     report = {
-        "command": " ".join(["bench/real_output_suite.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": command("bench.real_output_suite", argv),
         "machine": machine(), "date": dt.date.today().isoformat(), "per_split": args.per_split,
         "selection": selection, "max_faithful_flagged": args.max_faithful_flagged,
         "sets": {n: {"dev": sum(r["split"] == "dev" for r in recs), "test": sum(r["split"] == "test" for r in recs),
@@ -626,9 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         "calibration": getattr(args, "calibration_result", None),
         "served_latency_ms": args.served_latency or None,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    args.out.with_suffix(".md").write_text(render(report), encoding="utf-8")
+    write_results(args.out.with_suffix(".md"), render(report), report)
     print(render(report))
     return 0
 

@@ -8,7 +8,7 @@ repeated, and random batches of 8 (decision flips at the recommended threshold).
 `--compare DIR` (any other sentinel directory, e.g. a weight-only MatMulNBits graph) the
 same numbers and single-prompt latency are reported for it too.
 
-    .venv/bin/python bench/sentinel_batching.py --prompts 400 --out bench/results/sentinel-batching.md
+    .venv/bin/python -m bench.sentinel_batching --prompts 400 --out bench/results/sentinel-batching.md
 """
 
 from __future__ import annotations
@@ -22,18 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from gateway_bench import machine  # noqa: E402  (bench/ is on sys.path)
+from bench.common import REPO, RESULTS, machine, write_results
 
 
 def dev_prompts(n: int, seed: int) -> list[str]:
-    from models import common
-    from models.train_sentinel import build_splits
+    from models import shared as common
+    from models.pipelines.sentinel.data import build_splits
 
     if not (common.SHARED_DATA / "prompts").is_dir():
         raise SystemExit(f"error: {common.SHARED_DATA / 'prompts'} not found (set TRUTHLENS_DATA, or pass --prompts-file)")
@@ -94,7 +90,7 @@ def _cell(stats: dict[str, float | None], *keys: str) -> str:
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = ["# Sentinel: batch-mates and int8 activation scales", "",
-             f"Command: `.venv/bin/python bench/sentinel_batching.py --prompts {args.prompts} --seed {args.seed}"
+             f"Command: `.venv/bin/python -m bench.sentinel_batching --prompts {args.prompts} --seed {args.seed}"
              + "".join(f" --compare {c}" for c in args.compare or []) + f" --out {args.out}` (plus the notes below)",
              f"Machine: {machine()}.",
              f"Prompts: {args.prompts} " + (f"from `{args.prompts_file}`" if args.prompts_file else
@@ -121,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=400)
     ap.add_argument("--prompts-file", type=Path, help="one prompt per line instead of sampled sentinel dev prompts")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=REPO / "bench/results/sentinel-batching.md")
+    ap.add_argument("--out", type=Path, default=RESULTS / "sentinel-batching.md")
     args = ap.parse_args(argv)
     if args.prompts_file:
         prompts = [line.strip() for line in args.prompts_file.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -129,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         prompts = dev_prompts(args.prompts, args.seed)
     results = [measure(d, prompts, args.seed) for d in [args.model, *(args.compare or [])]]
-    args.out.write_text(report(results, args))
-    args.out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    write_results(args.out, report(results, args), results)
     print(args.out.read_text())
     return 0
 

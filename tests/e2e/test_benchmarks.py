@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_gateway_bench_runs_every_setup_and_reports_the_targets(tmp_path: Path) -> None:
     out = tmp_path / "gateway.md"
     subprocess.run(
-        [sys.executable, "bench/gateway_bench.py", "--requests", "24", "--rounds", "2", "--warmup", "4",
+        [sys.executable, "-m", "bench.gateway_bench", "--requests", "24", "--rounds", "2", "--warmup", "4",
          "--concurrency", "1", "4", "--out", str(out)],
         cwd=REPO, check=True, capture_output=True, timeout=300,
     )
@@ -36,7 +36,7 @@ def test_gateway_bench_runs_every_setup_and_reports_the_targets(tmp_path: Path) 
 def test_hotpath_bench_times_both_processors(tmp_path: Path) -> None:
     out = tmp_path / "hotpath.md"
     subprocess.run(
-        [sys.executable, "bench/hotpath_bench.py", "--requests", "200", "--repeats", "2", "--out", str(out),
+        [sys.executable, "-m", "bench.hotpath_bench", "--requests", "200", "--repeats", "2", "--out", str(out),
          "--note", "smoke"],
         cwd=REPO, check=True, capture_output=True, timeout=300,
     )
@@ -55,7 +55,7 @@ def test_sentinel_batching_bench_reports_the_batch_effect(tmp_path: Path) -> Non
                                  + [f"Tell me something about {s} in one line" for s in subjects]
                                  + [f"Can you explain {s} to a child, please?" for s in subjects]), encoding="utf-8")
     subprocess.run(
-        [sys.executable, "bench/sentinel_batching.py", "--prompts-file", str(prompts), "--out", str(out),
+        [sys.executable, "-m", "bench.sentinel_batching", "--prompts-file", str(prompts), "--out", str(out),
          "--note", "smoke"],
         cwd=REPO, check=True, capture_output=True, timeout=300,
     )
