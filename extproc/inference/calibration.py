@@ -133,14 +133,14 @@ def check_models(cal: Calibration, model_files: dict[str, Path], where: str,
         if digests and role in digests:
             if digests[role] != sha:
                 raise CalibrationError(f"{where}: fitted for another {role} model (its sha256 differs); "
-                                       "refit it (bench/real_output_suite.py --fit-calibration) or remove the file")
+                                       "refit it (python -m bench.real_output_suite --fit-calibration) or remove the file")
             continue
         path = model_files.get(role)
         if path is None:
             raise CalibrationError(f"{where}: fitted with a {role} model, which is not loaded")
         if file_sha256(path) != sha:
             raise CalibrationError(f"{where}: fitted for another {role} model ({path} has a different sha256); "
-                                   "refit it (bench/real_output_suite.py --fit-calibration) or remove the file")
+                                   "refit it (python -m bench.real_output_suite --fit-calibration) or remove the file")
 
 
 def fit_platt(raw: Sequence[float], labels: Sequence[bool], raw_score: str, l2: float = 1e-3,
