@@ -90,6 +90,18 @@ truthlens.rag_context_field truthlens.models.sentinel truthlens.models.detector 
 {{- $_ := set $server "tls" $tls -}}
 {{- end -}}
 {{- $_ := set $cfg "server" $server -}}
+{{- if .Values.detectorPool.enabled -}}
+{{- if .Values.sidecarTLS.enabled -}}
+{{- fail "detectorPool.enabled: not with sidecarTLS.enabled (the pool shares the config, and the sidecars call it over plaintext gRPC)" -}}
+{{- end -}}
+{{- $tl := default dict $cfg.truthlens -}}
+{{- $inference := default dict (get $tl "inference") -}}
+{{- if not (get $inference "remote") -}}
+{{- $_ := set $inference "remote" (list (include "truthlens.detectorPool.target" .)) -}}
+{{- end -}}
+{{- $_ := set $tl "inference" $inference -}}
+{{- $_ := set $cfg "truthlens" $tl -}}
+{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
@@ -113,4 +125,30 @@ grpc:
 {{- else if hasSuffix "h" $v -}}{{ mulf (trimSuffix "h" $v | float64) 3600 }}
 {{- else -}}{{ fail (printf "expected a duration like 60s, got %q" $v) }}
 {{- end -}}
+{{- end -}}
+
+{{/* The remote detector pool: its own selector (the sidecar Service, PDB and policy must not pick its pods). */}}
+{{- define "truthlens.detectorPool.fullname" -}}
+{{- printf "%s-detector" (include "truthlens.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "truthlens.detectorPool.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-detector" (include "truthlens.name" .) }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: detector-pool
+{{- end -}}
+
+{{- define "truthlens.detectorPool.labels" -}}
+{{ include "truthlens.detectorPool.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: truthlens
+{{- if not .Values.plainManifests }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+{{- end -}}
+
+{{/* What the sidecars dial: every pod behind the headless Service (gRPC round robin over the DNS answers). */}}
+{{- define "truthlens.detectorPool.target" -}}
+{{- printf "dns:///%s.%s.svc.cluster.local:%d" (include "truthlens.detectorPool.fullname" .) .Release.Namespace (int .Values.detectorPool.grpcPort) -}}
 {{- end -}}
