@@ -9,7 +9,7 @@ and dict lookups instead of an encoder forward pass and two thread hand-offs.
 
 Features are strings (`feature_keys`) and the weights a dict from feature to weight: serving
 is one regex pass and one `dict.get` per feature, all inside C loops; a feature unseen in
-training weighs nothing. Training (`models/train_prefilter.py`) and serving share
+training weighs nothing. Training (`models/pipelines/sentinel/prefilter.py`) and serving share
 `feature_keys`, so they cannot drift; the file records the feature version and a mismatch
 refuses to load. The weights live next to the sentinel as `prefilter.npz` (the features as
 one UTF-8 text, fp16 weights).
@@ -123,7 +123,7 @@ class LexicalPrefilter:
                 meta = json.loads(str(data["meta"]))
                 if meta.get("features") != FEATURES:
                     raise ManifestError(f"{path}: features {meta.get('features')!r}, this TruthLens computes "
-                                        f"{FEATURES!r}; retrain it (python -m models.train_prefilter) or delete the file")
+                                        f"{FEATURES!r}; retrain it (python -m models.pipelines.sentinel.prefilter) or delete the file")
                 text, values, bias = data["features"].tobytes().decode("utf-8"), data["values"], float(data["bias"])
         except ManifestError:
             raise

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from models.data import convert, synthetic
-from models.data.records import make_record, merge_spans, read_jsonl, split_of, validate
+from models.pipelines.hallucination import convert, synthetic
+from models.pipelines.hallucination.records import digest, make_record, merge_spans, read_jsonl, split_of, validate
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -240,7 +240,7 @@ def test_edited_spans_marks_changed_words_and_reports_deletions():
 def test_reword_keeps_claims_and_changes_surface():
     import random
 
-    from models.data import reword
+    from models.pipelines.hallucination import reword
 
     text = "The film (released in 1999) was directed by Sofia Coppola. It began on June 5, 1990 with 3 actors."
     outs = [reword.reword(text, random.Random(i), max_rewrites=4) for i in range(40)]
@@ -459,7 +459,7 @@ def test_qags_spans_are_exactly_the_majority_unfaithful_sentences(tmp_path: Path
     assert recs["qags-xsum-0"]["labels"] == []  # one "no" of three is a minority
     one = recs["qags-xsum-1"]
     assert one["labels"] == [{"start": 0, "end": len(one["answer"])}]
-    assert cnn["group"] == convert._digest(cnn["context"]) and len({r["group"] for r in recs.values()}) == 3
+    assert cnn["group"] == digest(cnn["context"]) and len({r["group"] for r in recs.values()}) == 3
     for r in recs.values():
         validate(r)
         assert r["source"] == "qags" and r["question"] is None
@@ -503,7 +503,7 @@ def test_expertqa_and_attributionbench_pass_rows_through_and_share_question_grou
     assert ab[0]["labels"] == [] and ab[1]["labels"] == [{"start": 0, "end": 33}]
     assert ab[1]["source"] == "attributionbench"
     # the same question (even with a trailing space in one copy) gets one split key in both sets
-    assert first["group"] == ab[0]["group"] == convert._digest(QUESTION)
+    assert first["group"] == ab[0]["group"] == digest(QUESTION)
     assert len({eqa[1]["group"], ab[1]["group"], first["group"]}) == 3
     for r in eqa + ab:
         validate(r)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from models.detector_card import _real_output
+from models.pipelines.detector.card import real_output_section
 
 
 def _row(auroc: float) -> dict:
@@ -21,8 +21,8 @@ def test_card_section_lists_baselines_and_the_models_rows(tmp_path):
     cal.parent.mkdir(parents=True)
     cal.write_text(json.dumps({"a": 0.4, "b": 0.0, "fitted_on": {"answers": 360, "sets": ["expertqa"],
                                                                   "recommended_response_threshold": 0.51}}))
-    text = "\n".join(_real_output("models/detector", suite))
+    text = "\n".join(real_output_section("models/detector", suite))
     assert "context_pmi | 0.770" in text and "detector+verifier | 0.630" in text
     assert "detector_deep" not in text  # another detector's rows stay on its own card
     assert "thresholds.response: 0.51" in text
-    assert _real_output("models/detector", tmp_path / "absent.json") == []
+    assert real_output_section("models/detector", tmp_path / "absent.json") == []

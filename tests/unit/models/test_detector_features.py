@@ -1,4 +1,4 @@
-"""Detector training rows use the serving windowing; dev metrics are computed correctly."""
+"""Detector training rows use the serving windowing; dev metrics (through extproc.evaluation.metrics) are computed correctly."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import pytest
 pytest.importorskip("torch")
 
 from extproc.inference.windowing import PairInput, Row  # noqa: E402
-from models.common import base_model_dir  # noqa: E402
-from models.detector_features import (  # noqa: E402
-    Featurizer, aggregate, auroc, metrics_at, predicted_spans, token_labels, training_example,
-)
+from models.pipelines.detector.evaluate import aggregate, metrics_at, predicted_spans  # noqa: E402
+from models.pipelines.detector.features import Featurizer, token_labels, training_example  # noqa: E402
+from models.shared import base_model_dir  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +62,6 @@ def test_predicted_spans_join_adjacent_tokens():
     offsets = [(0, 3), (4, 8), (8, 9), (10, 14)]
     assert predicted_spans(offsets, np.array([0.9, 0.8, 0.7, 0.1]), 0.5) == [(0, 9)]
     assert predicted_spans(offsets, np.array([0.9, 0.1, 0.1, 0.9]), 0.5) == [(0, 3), (10, 14)]
-
-
-def test_auroc_handles_ties_and_single_class():
-    assert auroc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
-    assert auroc([0.5, 0.5], [0, 1]) == pytest.approx(0.5)
-    assert auroc([0.2, 0.3], [1, 1]) is None
 
 
 def test_metrics_at_counts_examples_and_characters():

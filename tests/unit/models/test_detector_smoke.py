@@ -16,8 +16,10 @@ pytest.importorskip("transformers")
 from extproc.inference.manifest import load_manifest  # noqa: E402
 from extproc.inference.models import Detector, OnnxModel  # noqa: E402
 from extproc.inference.runtime import RuntimeOptions  # noqa: E402
-from models import common, train_detector  # noqa: E402
-from models.data.records import make_record, write_jsonl  # noqa: E402
+from models import shared  # noqa: E402
+from models.pipelines.detector import data as detector_data, train  # noqa: E402
+from models.pipelines.detector.features import Featurizer  # noqa: E402
+from models.pipelines.hallucination.records import make_record, write_jsonl  # noqa: E402
 
 
 def _toy(n: int, split: str) -> list[dict]:
@@ -39,7 +41,7 @@ def test_train_export_load_predict(tmp_path: Path):
     data = tmp_path / "data"
     write_jsonl(data / "toy.train.jsonl", _toy(16, "train"))
     write_jsonl(data / "toy.dev.jsonl", _toy(6, "dev"))
-    base = common.tiny_bert_dir(tmp_path / "tiny")
+    base = shared.tiny_bert_dir(tmp_path / "tiny")
     cfg = {
         "seed": 1, "threads": 1, "max_length": 64, "train_max_length": 64, "context_overlap": 8,
         "batch_size": 8, "lr": 3e-3, "warmup_ratio": 0.0, "epochs": 20, "max_steps": 30, "log_every": 5,
@@ -47,7 +49,7 @@ def test_train_export_load_predict(tmp_path: Path):
         "train_mix": {"toy": "all"}, "dev_limit": {"toy": "all"}, "threshold_sources": ["toy"],
     }
     out = tmp_path / "detector"
-    metrics = train_detector.run(cfg, out, base, data_dir=data)
+    metrics = train.run(cfg, out, base, data_dir=data)
 
     losses = [loss for _, loss in metrics["train"]["loss_log"]]
     assert metrics["train"]["steps"] == 30 and len(losses) == 6
@@ -90,8 +92,8 @@ def test_long_context_sources_get_longer_training_rows(tmp_path: Path):
                         "The office is in Delhi.", [], "qa", "a", str(i)) for i in range(2)]
     write_jsonl(data / "a.train.jsonl", recs)
     write_jsonl(data / "b.train.jsonl", [{**r, "source": "b"} for r in recs])
-    feat = train_detector.Featurizer.from_file(str(common.tiny_bert_dir(tmp_path / "tiny") / "tokenizer.json"), 8)
+    feat = Featurizer.from_file(str(shared.tiny_bert_dir(tmp_path / "tiny") / "tokenizer.json"), 8)
     cfg = {"train_mix": {"a": "all", "b": "all"}, "train_max_length": 48, "train_max_length_by_source": {"b": 160}}
-    rows = train_detector.build_train(cfg, feat, data, random.Random(0))
+    rows = detector_data.build_train(cfg, feat, data, random.Random(0))
     by_src = {src: [len(e.input_ids) for e in rows if e.meta["source"] == src] for src in ("a", "b")}
     assert max(by_src["a"]) <= 48 < min(by_src["b"]) <= 160

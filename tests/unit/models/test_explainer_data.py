@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from models import explainer_data
+from models.pipelines.explainer import data as explainer_data
 
 
 @pytest.fixture()

@@ -14,13 +14,14 @@ pytest.importorskip("transformers")
 
 from extproc.inference.models import Explainer, OnnxModel  # noqa: E402
 from extproc.inference.runtime import RuntimeOptions  # noqa: E402
-from models import common, train_explainer  # noqa: E402
+from models import shared  # noqa: E402
+from models.pipelines.explainer import card as card_module, data, evaluate, export, train  # noqa: E402
 
 SUBJ = ["a man", "a woman", "the dog", "two kids"]
 VERB = ["runs", "sleeps", "eats", "sings"]
 
 
-def _items(n: int, seed: int) -> list[train_explainer.Item]:
+def _items(n: int, seed: int) -> list[data.Item]:
     """Lexically separable toy NLI (a tiny random encoder learns it in a few dozen steps)."""
     rng = random.Random(seed)
     out = []
@@ -42,12 +43,12 @@ CFG = {
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    tiny = common.tiny_bert_dir(tmp_path_factory.mktemp("tiny"))
+    tiny = shared.tiny_bert_dir(tmp_path_factory.mktemp("tiny"))
     out = tmp_path_factory.mktemp("explainer")
     test = _items(60, 1)
-    metrics = train_explainer.run(CFG, {"train": _items(96, 0), "test": test}, out, tiny)
-    metrics["export"] = train_explainer.export(CFG, out, metrics)
-    train_explainer.evaluate_served(out, CFG, test, metrics)
+    metrics = train.run(CFG, {"train": _items(96, 0), "test": test}, out, tiny)
+    metrics["export"] = export.export(CFG, out, metrics)
+    export.evaluate_served(out, CFG, test, metrics)
     return out, metrics
 
 
@@ -84,7 +85,7 @@ def test_export_loads_and_predicts_through_serving_explainer(trained):
 def test_two_way_accuracy_ignores_the_neutral_column():
     items = [("p", "h", 0, "fever"), ("p", "h", 2, "fever")]
     probs = np.array([[0.3, 0.6, 0.1], [0.1, 0.6, 0.3]])  # neutral wins 3-way, 2-way is right
-    rep = train_explainer.report(items, probs, ["fever"])
+    rep = evaluate.report(items, probs, ["fever"])
     assert rep["per_source"]["fever"] == {"n": 2, "accuracy": 0.0, "accuracy_2way": 1.0}
 
 
@@ -94,17 +95,15 @@ def test_entailment_threshold_reaches_the_precision_target():
     pe = np.concatenate([rng.uniform(0.6, 1.0, 100), rng.uniform(0.0, 0.8, 100)])
     probs = np.stack([pe, (1 - pe) / 2, (1 - pe) / 2], axis=1)
     items = [("p", "h", int(v), "s") for v in y]
-    got = train_explainer.entailment_threshold(items, probs, 0.95)
+    got = evaluate.entailment_threshold(items, probs, 0.95)
     sel = pe >= got["threshold"]
     assert np.mean(y[sel] == 0) >= 0.95
     assert got["precision"] >= 0.95
 
 
 def test_card_renders_per_source_accuracy(trained):
-    from models import cards
-
     _, m = trained
-    card = cards.explainer_card(m)
+    card = card_module.explainer_card(m)
     for src, v in m["test"]["per_source"].items():
         assert f"| {src} |" in card and str(v["accuracy"]) in card
     assert "Confusion matrix" in card

@@ -8,7 +8,7 @@ import random
 import numpy as np
 
 from extproc.inference.prefilter import LexicalPrefilter, PrefilterBand
-from models.train_prefilter import band_report, cascade_report, cross_validate, featurize, fit, vocabulary
+from models.pipelines.sentinel.prefilter import band_report, cascade_report, cross_validate, featurize, fit, vocabulary
 
 FACTUAL = ["who wrote {x}", "when was {x} born?", "what is the capital of {x}?", "how tall is {x}"]
 OTHER = ["write a python function that sorts {x}", "compose a poem about {x}", "pretend you are {x} and say hi"]

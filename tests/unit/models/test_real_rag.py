@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from models.data.convert import DEFAULT_DATA, _digest
-from models.data.real_rag import ANSWERS, CATEGORIES, SEVERITIES, QA_FILE, load_answers, real_rag
-from models.data.records import split_of, validate
+from models.pipelines.hallucination.convert import DEFAULT_DATA
+from models.pipelines.hallucination.real_rag import ANSWERS, CATEGORIES, SEVERITIES, QA_FILE, load_answers, real_rag
+from models.pipelines.hallucination.records import digest, split_of, validate
 
 KEYS = {"id", "model", "row", "passage_rows", "answer", "labels", "annotator"}
 
@@ -53,16 +53,16 @@ def test_context_join_gives_the_three_passages_with_the_rows_own():
         validate(rec)
         it = items[rec["id"]]
         own = json.loads(rows[it["row"]])
-        assert rec["question"] == own["question"] and split_of(_digest(own["question"]), 0.1) == "dev"
+        assert rec["question"] == own["question"] and split_of(digest(own["question"]), 0.1) == "dev"
         assert isinstance(rec["context"], list) and len(rec["context"]) == 3
         assert own["knowledge"] in rec["context"]
         assert rec["context"] == [json.loads(rows[k])["knowledge"] for k in it["passage_rows"]]
         assert rec["labels"] == [{"start": lab["start"], "end": lab["end"]} for lab in it["labels"]]
-        assert (rec["task"], rec["source"], rec["group"]) == ("rag_qa", "real_rag", _digest(own["question"]))
+        assert (rec["task"], rec["source"], rec["group"]) == ("rag_qa", "real_rag", digest(own["question"]))
 
 
 def test_agreement_counts_answers_spans_and_categories():
-    from models.data.real_rag import agreement
+    from models.pipelines.hallucination.real_rag import agreement
 
     a = [{"id": "1", "labels": [{"start": 0, "end": 4, "category": "baseless"}]}, {"id": "2", "labels": []},
          {"id": "3", "labels": []}, {"id": "4", "labels": []}]

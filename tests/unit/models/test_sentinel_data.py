@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from models import sentinel_data
-from models.train_sentinel import build_splits
+from models.pipelines.sentinel import data as sentinel_data
+from models.pipelines.sentinel.data import build_splits
 
 
 @pytest.fixture()

@@ -14,7 +14,8 @@ pytest.importorskip("transformers")
 
 from extproc.inference.models import OnnxModel, Sentinel  # noqa: E402
 from extproc.inference.runtime import RuntimeOptions  # noqa: E402
-from models import common, train_sentinel  # noqa: E402
+from models import shared  # noqa: E402
+from models.pipelines.sentinel import card as card_module, data, evaluate, export, train  # noqa: E402
 
 FACTUAL = ["who wrote {x}", "when was {x} born?", "what is the capital of {x}?", "how tall is {x}"]
 OTHER = ["write a python function that sorts {x}", "compose a poem about {x}",
@@ -22,7 +23,7 @@ OTHER = ["write a python function that sorts {x}", "compose a poem about {x}",
 WORDS = ["france", "lincoln", "the eiffel tower", "hamlet", "mars", "bach", "peru", "a cat"]
 
 
-def _items(n: int, seed: int) -> list[train_sentinel.Item]:
+def _items(n: int, seed: int) -> list[data.Item]:
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -40,12 +41,12 @@ CFG = {
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    tiny = common.tiny_bert_dir(tmp_path_factory.mktemp("tiny"))
+    tiny = shared.tiny_bert_dir(tmp_path_factory.mktemp("tiny"))
     out = tmp_path_factory.mktemp("sentinel")
     splits = {"train": _items(96, 0), "dev": _items(48, 1), "borderline": []}
-    metrics = train_sentinel.run(CFG, splits, out, tiny)
-    metrics["export"] = train_sentinel.export(CFG, out, metrics["threshold"])
-    train_sentinel.evaluate_served(out, splits, metrics)
+    metrics = train.run(CFG, splits, out, tiny)
+    metrics["export"] = export.export(CFG, out, metrics["threshold"])
+    export.evaluate_served(out, splits, metrics)
     return out, metrics
 
 
@@ -82,7 +83,7 @@ def test_config_opts_into_per_channel_int8_export(trained, tmp_path):
     out, _ = trained
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "hf").symlink_to(out / "work" / "hf")
-    report = train_sentinel.export({**CFG, "export": {"per_channel": True}}, tmp_path, 0.5)
+    report = export.export({**CFG, "export": {"per_channel": True}}, tmp_path, 0.5)
     assert report["ok"]
     assert json.loads((tmp_path / "truthlens.json").read_text())["provenance"]["per_channel"] is True
     assert "per_channel" not in json.loads((out / "truthlens.json").read_text())["provenance"]  # default unchanged
@@ -93,23 +94,21 @@ def test_config_opts_into_per_channel_int8_export(trained, tmp_path):
 def test_pick_threshold_maximises_balanced_accuracy():
     p = np.array([0.1, 0.2, 0.35, 0.4, 0.8, 0.9])
     y = np.array([0, 0, 0, 1, 1, 1])
-    t = train_sentinel.pick_threshold(p, y)
+    t = evaluate.pick_threshold(p, y)
     assert 0.35 < t <= 0.4
 
 
 def test_augment_question_only_toggles_the_question_mark():
     rng = random.Random(0)
-    outs = {train_sentinel.augment_question("who wrote hamlet", rng, 0.5, 0.0) for _ in range(50)}
+    outs = {data.augment_question("who wrote hamlet", rng, 0.5, 0.0) for _ in range(50)}
     assert outs == {"who wrote hamlet", "who wrote hamlet?"}
-    outs = {train_sentinel.augment_question("Who wrote Hamlet?", rng, 0.0, 0.5) for _ in range(50)}
+    outs = {data.augment_question("Who wrote Hamlet?", rng, 0.0, 0.5) for _ in range(50)}
     assert outs == {"Who wrote Hamlet", "Who wrote Hamlet?"}
 
 
 def test_card_renders_dev_numbers_and_confusion_matrix(trained):
-    from models import cards
-
     _, m = trained
-    card = cards.sentinel_card(m)
+    card = card_module.sentinel_card(m)
     rows = m["dev"]["confusion_matrix"]["rows_gold_cols_pred"]
     assert f"| **non_factual** | {rows[0][0]} | {rows[0][1]} |" in card
     assert f"Accuracy **{m['dev']['accuracy']}**" in card

@@ -1,6 +1,6 @@
 import pytest
 
-from models.verifier_data import NOT_SUPPORTED, context_windows, grounding_pairs
+from models.pipelines.explainer.data import NOT_SUPPORTED, context_windows, grounding_pairs
 
 
 def test_each_sentence_is_labelled_by_the_gold_spans_and_paired_with_its_best_window():
@@ -24,7 +24,7 @@ def test_context_windows_cover_the_context_with_overlap():
 
 def test_grounding_loss_reads_only_p_entailment_for_unsupported_sentences():
     torch = pytest.importorskip("torch")
-    from models.train_explainer import nli_or_grounding_loss
+    from models.pipelines.explainer.train import nli_or_grounding_loss
 
     logits = torch.tensor([[2.0, 0.0, 0.0], [2.0, 0.0, 0.0], [-2.0, 1.0, -1.0]])
     # NLI row (label 0) and two unsupported rows: the one the model calls entailed costs more

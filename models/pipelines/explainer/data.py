@@ -1,4 +1,5 @@
-"""NLI sources for the explainer, one loader per dataset under ../shared/data/nli.
+"""Explainer data: NLI sources (one loader per dataset under ../shared/data/nli), the verifier's
+grounding pairs and the splits.
 
 Every loader returns {"train": [...], "test": [...]} of (premise, hypothesis, label) with
 label in entailment | neutral | contradiction. Test parts are never trained on:
@@ -7,6 +8,18 @@ label in entailment | neutral | contradiction. Test parts are never trained on:
   - ConjNLI trains on its adversarial file and tests on the human dev set;
   - Breaking-NLI is test-only.
 taxinli10k_MNLIDev.tsv is NOT read: it is a subset of taxinli10k.tsv (duplicate rows).
+
+A config with `data.grounding` (models/verifier/train.yaml) also trains on grounding pairs:
+(context window, answer sentence) -> supported or not. Two kinds of item, one model (3-way NLI
+head, so it also serves as the explainer):
+  - NLI pairs (the sources above): entailment / neutral / contradiction, full 3-way loss;
+  - grounding pairs from span-labelled answers (the converter's *train* parts only): every answer
+    sentence against the context window serving would score it on; a sentence overlapping a gold
+    span is "not supported" (loss on P(entailment) alone: the data rarely says whether it is
+    neutral or contradicting), any other sentence "supported" (entailment).
+A sentence is paired with the context window that shares most words with it, as serving's
+max-over-windows reads the best window: a supported sentence must be entailed by its best
+window, an unsupported one by none, so the hardest window is the one to learn from.
 """
 
 from __future__ import annotations
@@ -14,12 +27,20 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import random
+import re
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
+
+from extproc.inference.spans import sentence_bounds
+from models import shared
+from models.pipelines.hallucination.records import read_jsonl
 
 Pair = tuple[str, str, str]
 Split = dict[str, list[Pair]]
 LABELS = ("entailment", "neutral", "contradiction")
+NOT_SUPPORTED = 3  # label index past the three NLI labels: "anything but entailment"
+Item = tuple[str, str, int, str]  # (premise, hypothesis, label index, source)
 _MAP = {"e": "entailment", "n": "neutral", "c": "contradiction",
         "supports": "entailment", "refutes": "contradiction"}
 
@@ -131,3 +152,77 @@ def load_source(name: str, data_dir: Path) -> Split:
     test_keys = {(p.lower(), h.lower()) for p, h, _ in split["test"]}
     split["train"] = [x for x in split["train"] if (x[0].lower(), x[1].lower()) not in test_keys]
     return split
+
+
+# ---------------------------------------------------------------- grounding pairs (the verifier)
+
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text) if len(w) > 2}
+
+
+def context_windows(context: str, max_words: int, overlap: int = 30) -> list[str]:
+    """Word windows of the context (a cheap stand-in for serving's token windows)."""
+    words = context.split()
+    if len(words) <= max_words:
+        return [context]
+    step = max(1, max_words - overlap)
+    return [" ".join(words[i:i + max_words]) for i in range(0, max(1, len(words) - overlap), step)]
+
+
+def grounding_pairs(rec: dict[str, Any], max_words: int) -> Iterator[tuple[str, str, int]]:
+    """(window, sentence, label) for every sentence of one span-labelled answer."""
+    ctx = rec["context"] if isinstance(rec["context"], str) else "\n\n".join(rec["context"])
+    windows = context_windows(ctx, max_words)
+    gold = [(s["start"], s["end"]) for s in rec["labels"]]
+    answer = rec["answer"]
+    for s, e in sentence_bounds(answer):
+        sentence = answer[s:e].strip()
+        if len(sentence) < 8:
+            continue
+        bad = any(gs < e and ge > s for gs, ge in gold)
+        words = _words(sentence)
+        best = max(windows, key=lambda w: len(words & _words(w)))
+        yield best, sentence, (NOT_SUPPORTED if bad else 0)
+
+
+def load_grounding(sources: dict[str, int], data_dir: Path, max_words: int, rng: random.Random
+                   ) -> list[tuple[str, str, int, str]]:
+    """Sentence pairs from `<data_dir>/<source>.train.jsonl`, at most `cap` per source."""
+    out: list[tuple[str, str, int, str]] = []
+    for src, cap in sources.items():
+        path = data_dir / f"{src}.train.jsonl"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} missing: run python -m models.pipelines.hallucination.convert --sources {src}")
+        pairs = [(p, h, y, src) for rec in read_jsonl(path) for p, h, y in grounding_pairs(rec, max_words)]
+        out += rng.sample(pairs, cap) if cap and len(pairs) > cap else pairs
+    return out
+
+
+# ---------------------------------------------------------------- splits
+
+
+def build_splits(cfg: dict[str, Any], data_dir: Path) -> dict[str, list[Item]]:
+    """Training mix (per-source caps) and per-source held-out test samples."""
+    rng = random.Random(cfg["seed"])
+    data = cfg["data"]
+    train: list[Item] = []
+    test: list[Item] = []
+    for src in sorted(set(data["train"]) | set(data["test"])):
+        split = load_source(src, data_dir)
+
+        def take(pairs: list[Pair], cap: int | None) -> list[Pair]:
+            return rng.sample(pairs, cap) if cap and len(pairs) > cap else list(pairs)
+
+        if src in data["train"]:
+            train += [(p, h, LABELS.index(y), src) for p, h, y in take(split["train"], data["train"][src])]
+        if src in data["test"]:
+            test += [(p, h, LABELS.index(y), src) for p, h, y in take(split["test"], data["test"][src])]
+    grounding = data.get("grounding") or {}
+    if grounding:
+        train += load_grounding(grounding, Path(data.get("grounding_dir", shared.REPO_ROOT / "data-cache/hallucination")),
+                                int(cfg.get("premise_words", 160)), rng)
+    rng.shuffle(train)
+    return {"train": train, "test": test}

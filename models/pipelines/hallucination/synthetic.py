@@ -10,12 +10,12 @@ and then, for most records, either
     wrong answer, a sentence from an unrelated record, or a templated claim about an entity
     of this passage,
 labelling exactly the changed characters. With `--p-reword P`, that share of answers has its
-grounded text reworded first (models/data/reword.py: synonyms, dates and numbers written another
+grounded text reworded first (reword.py: synonyms, dates and numbers written another
 way, asides dropped, passives turned), as an LLM would; the bundled detector's recipe leaves it
 at 0 (tried, not shipped: see models/detector/README.md). Distractor passages from other records make the
 context look like retrieval output (several passages, only one relevant).
 
-    python -m models.data.synthetic --out data-cache/hallucination [--n-train 6000]
+    python -m models.pipelines.hallucination.synthetic --out data-cache/hallucination [--n-train 6000]
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from models.data.convert import DEFAULT_DATA, REPO_ROOT, _digest
-from models.data.records import Record, make_record, split_of, write_jsonl
-from models.data.reword import reword
+from models import shared
+from models.pipelines.hallucination.convert import DEFAULT_DATA
+from models.pipelines.hallucination.records import Record, digest, make_record, split_of, write_jsonl
+from models.pipelines.hallucination.reword import reword
 
 SENT_SPLIT = re.compile(r"(?<=[.!?])\s*(?=[A-Z\"(])")
 NUMBER = re.compile(r"\b\d[\d,]*(?:\.\d+)?\b")
@@ -199,7 +200,7 @@ def build(rows: list[dict], split: str, seed: int, p_faithful: float = 0.35, p_s
             passages.append(rows[rng.randrange(len(rows))]["knowledge"])
         rng.shuffle(passages)
         rec = make_record(f"synthetic_qa-{split}-{i}-{kind}", passages, r["question"], answer, spans,
-                          "qa", "synthetic_qa", _digest(r["question"]))
+                          "qa", "synthetic_qa", digest(r["question"]))
         rec["perturbation"] = kind
         yield rec
 
@@ -207,12 +208,12 @@ def build(rows: list[dict], split: str, seed: int, p_faithful: float = 0.35, p_s
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "data-cache/hallucination")
+    ap.add_argument("--out", type=Path, default=shared.HALLUCINATION_CACHE)
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--dev-fraction", type=float, default=0.1, help="must match convert.py's halueval_qa split")
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--p-reword", type=float, default=0.0,
-                    help="share of answers whose grounded text is reworded (models/data/reword.py) before perturbing")
+                    help="share of answers whose grounded text is reworded (reword.py) before perturbing")
     args = ap.parse_args(argv)
     rows = {"train": [], "dev": []}
     with open(args.data / "halueval/eval_suite/dataset_halueval_qa.jsonl", encoding="utf-8") as fh:
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.limit is not None and n >= args.limit:
                 break
             r = json.loads(line)
-            rows[split_of(_digest(r["question"]), args.dev_fraction)].append(r)
+            rows[split_of(digest(r["question"]), args.dev_fraction)].append(r)
     for split, part in rows.items():
         n = write_jsonl(args.out / f"synthetic_qa.{split}.jsonl", build(part, split, args.seed, p_reword=args.p_reword))
         print(f"synthetic_qa: {split} {n} -> {args.out}")

@@ -20,6 +20,11 @@ Record = dict[str, Any]
 SPLITS = ("train", "dev")
 
 
+def digest(text: str) -> str:
+    """The `group` id of a text (a document, a question): 12 hex digits of its SHA-1."""
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
 def split_of(group: str, dev_fraction: float, salt: str = "truthlens") -> str:
     """Deterministic split by hashing the group id (stable across machines and Python runs)."""
     h = int(hashlib.sha1(f"{salt}:{group}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF

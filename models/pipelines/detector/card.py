@@ -1,6 +1,6 @@
 """Render the detector's model card (models/detector/README.md) from its metrics.json.
 
-    python -m models.detector_card models/detector [--latency]
+    python -m models.pipelines.detector.card models/detector [--latency]
 
 Rendering from metrics.json keeps card and numbers together when `make models` retrains.
 `--latency` first measures CPU latency through the serving Detector and stores it in metrics.json.
@@ -8,86 +8,32 @@ Rendering from metrics.json keeps card and numbers together when `make models` r
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from models.cards import BASE, _gpu, _table
+from models import shared
+from models.shared import table
 
-SOURCES = {
-    "synthetic_qa": ("HaluEval QA knowledge + grounded sentences, perturbed here (entity/number/date/month swaps; "
-                     "inserted HaluEval wrong answers, unrelated sentences, templated claims); exact spans",
-                     "MIT (HaluEval)"),
-    "halueval_qa": ("HaluEval QA: right answer faithful, ChatGPT-written wrong answer = one whole span", "MIT"),
-    "halueval_dialogue": ("HaluEval dialogue: knowledge + history, wrong response = one whole span", "MIT"),
-    "halueval_summarization": ("HaluEval summarization (CNN/DM docs), wrong summary = one whole span", "MIT"),
-    "faithbench": ("FaithBench: 10 modern LLMs' summaries, human spans (Unwanted.* from any annotator)",
-                   "CC BY-NC-SA 4.0"),
-    "xsum": ("XSum hallucination annotations (Maynez et al. 2020) joined with FRANK articles; char marked "
-             "by >= 2 of 3 annotators", "CC BY 4.0 (annotations), MIT (FRANK)"),
-    "faithdial": ("FaithDial audit: WoW/CMU-DoG/TopicalChat replies by GPT2, DoHA, CTRL and humans over the "
-                  "retrieved knowledge; BEGIN hallucination (incl. partial) = whole reply; evaluation only",
-                  "MIT"),
-    "summedits": ("SummEdits (8 domains): LLM seed summaries and annotator-labelled edits; consistent edits "
-                  "(mostly rewordings) faithful, inconsistent ones with a single edit = that edit's words",
-                  "Apache-2.0"),
-    "handwritten_rag": ("24 passages with a question, a faithful answer that rewords the passage as an LLM would, "
-                        "and its twin with one unsupported or contradicting part marked; written for this project "
-                        "(`models/data/handwritten_rag.txt`); evaluation only", "same as this repository"),
-    "llm_rag": ("HaluEval QA passages and questions with answers written for this project by LLM sessions "
-                "(`models/data/llm_rag_answers.txt`): faithful answers in the assistant's own words; twins "
-                "with one marked baseless addition, changed fact or overclaim", "MIT (HaluEval); answers: "
-                "same as this repository"),
-    "llm_rag_multi": ("HaluEval QA questions with three retrieved passages each (their own and two passages of other "
-                      "questions that share rare words with it) and 2-8 sentence chat-style answers written for "
-                      "this project by LLM sessions (`models/data/llm_rag_multi_answers.txt`), marked like llm_rag",
-                      "MIT (HaluEval); answers: same as this repository"),
+# the training and dev sources' descriptions and licenses (text, beside this file)
+SOURCES: dict[str, tuple[str, str]] = {
+    k: (v["what"], v["license"])
+    for k, v in json.loads(Path(__file__).with_name("sources.json").read_text(encoding="utf-8")).items()
 }
-
-
-def measure_latency(model_dir: Path, data_dir: Path, runs: int = 30, threads: int = 2) -> dict[str, Any]:
-    """Median/p90 ms for ONE answer through the serving Detector (windowing included)."""
-    from extproc.inference.models import Detector, OnnxModel
-    from extproc.inference.runtime import RuntimeOptions
-    from models.data.records import read_jsonl
-
-    det = Detector(OnnxModel(model_dir, "detector", RuntimeOptions(provider="cpu", intra_op_threads=threads)))
-    import os
-
-    out: dict[str, Any] = {"intra_op_threads": threads, "runs": runs,
-                           "note": f"single answer, {os.cpu_count()}-core CPU, 1-minute load average "
-                                   f"{os.getloadavg()[0]:.2f}"}
-    for name, src in (("qa", "synthetic_qa"), ("news_article", "xsum")):
-        recs = [r for _, r in zip(range(runs), read_jsonl(data_dir / f"{src}.dev.jsonl"))]
-        times, windows = [], []
-        for r in recs:
-            ctx = [r["context"]] if isinstance(r["context"], str) else r["context"]
-            det.predict(ctx, r["question"], r["answer"])  # warm
-            t0 = time.perf_counter()
-            s = det.predict(ctx, r["question"], r["answer"])
-            times.append((time.perf_counter() - t0) * 1000)
-            windows.append(s.windows)
-        times.sort()
-        out[name] = {"median_ms": round(statistics.median(times), 1), "p90_ms": round(times[int(0.9 * len(times)) - 1], 1),
-                     "mean_windows": round(statistics.mean(windows), 2)}
-    return out
 
 
 def _f(x: Any) -> str:
     return "–" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
 
 
-def _dev_table(agg: dict[str, Any], windows: dict[str, float]) -> str:
+def _devtable(agg: dict[str, Any], windows: dict[str, float]) -> str:
     rows = []
     for src, m in agg["by_source"].items():
         ex, sp = m["example_level"], m["span_level_char"]
         rows.append([src, m["n"], m["positives"], _f(ex["precision"]), _f(ex["recall"]), _f(ex["f1"]),
                      _f(sp["precision"]), _f(sp["recall"]), _f(sp["f1"]), _f(m["auroc"]), windows.get(src, "")])
-    return _table(rows, ["dev source", "n", "halluc.", "ex-P", "ex-R", "**ex-F1**", "span-P", "span-R",
+    return table(rows, ["dev source", "n", "halluc.", "ex-P", "ex-R", "**ex-F1**", "span-P", "span-R",
                          "span-F1", "AUROC", "windows"])
 
 
@@ -169,13 +115,13 @@ def _faithful_flagged(ex: dict[str, Any]) -> float:
     return ex["fp"] / max(1, ex["fp"] + ex["tn"])
 
 
-def _sweep_table(agg: dict[str, Any]) -> str:
+def _sweeptable(agg: dict[str, Any]) -> str:
     """Per-threshold trade-off on the threshold-selection sets."""
-    return _table([[t, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), f"{_faithful_flagged(v):.2f}"]
+    return table([[t, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), f"{_faithful_flagged(v):.2f}"]
                    for t, v in agg["threshold_sweep"].items()], ["threshold", "ex-P", "ex-R", "ex-F1", "faithful flagged"])
 
 
-SUITE = Path(__file__).resolve().parents[1] / "bench" / "results" / "real-output-suite.json"
+SUITE = shared.REPO_ROOT / "bench" / "results" / "real-output-suite.json"
 # rows of the real-output suite that describe each bundled detector (candidate names of bench/real_output_suite.py)
 SUITE_ROWS = {
     "models/detector": ("detector_max", "detector", "detector+verifier", "detector+verifier+pmi", "served"),
@@ -183,7 +129,7 @@ SUITE_ROWS = {
 }
 
 
-def _real_output(model_dir: str, suite: Path = SUITE) -> list[str]:
+def real_output_section(model_dir: str, suite: Path = SUITE) -> list[str]:
     """The card quotes the real-output suite (the criterion), with the baselines beside the model."""
     if not suite.is_file() or model_dir not in SUITE_ROWS:
         return []
@@ -217,9 +163,9 @@ def _real_output(model_dir: str, suite: Path = SUITE) -> list[str]:
         "parts. The dev tables further down are LLM-written and synthetic sets, which did not transfer.",
         "",
         *served,
-        _table([[n, *[cell(n, s, "auroc") for s in sets]] for n in names], ["AUROC", *sets]),
+        table([[n, *[cell(n, s, "auroc") for s in sets]] for n in names], ["AUROC", *sets]),
         "",
-        _table([[n, _f(rows[n]["threshold"]), *[f"{cell(n, s, 'f1')} / {cell(n, s, 'faithful_flagged')}" for s in sets]]
+        table([[n, _f(rows[n]["threshold"]), *[f"{cell(n, s, 'f1')} / {cell(n, s, 'faithful_flagged')}" for s in sets]]
                 for n in names], ["example F1 / faithful flagged", "threshold", *sets]),
         "",
     ]
@@ -240,8 +186,8 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "with the whole answer; the runtime takes the min over context windows per token (a token is supported "
         "when any window supports it: `aggregate_windows`); cards trained before that rule also list the max.",
         "",
-        *_real_output(model_dir),
-        f"- Base model: {BASE}" + (f"; only its lowest **{cfg['num_layers']} layers** are kept" if cfg.get("num_layers") else ""),
+        *real_output_section(model_dir),
+        f"- Base model: {shared.BASE_DESCRIPTION}" + (f"; only its lowest **{cfg['num_layers']} layers** are kept" if cfg.get("num_layers") else ""),
         *([f"- **Optional, not the default**: a deeper encoder than the default detector's, so a larger window cost "
            f"(see the latency line; over the 25 ms target for a 512-token window that the default meets). Select it with "
            f"`truthlens.models.detector: {model_dir}` and `truthlens.thresholds.token: {m['threshold']}`."]
@@ -249,7 +195,7 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         f"- **Recommended token threshold: {m['threshold']}** (`truthlens.thresholds.token`; chosen on dev only, "
         f"maximising example-level F1 on {', '.join(cfg['threshold_sources'])}; stored in `truthlens.json` "
         "provenance.recommended_token_threshold)",
-        f"- Trained on **{mach['device'].upper()}** ({_gpu(mach)}{mach['cpu']}, {mach['torch_threads']} torch threads, "
+        f"- Trained on **{mach['device'].upper()}** ({shared.gpu_label(mach)}{mach['cpu']}, {mach['torch_threads']} torch threads, "
         f"{mach['logical_cpus']} logical CPUs; {mach.get('note', 'shared with other jobs under `nice -n 15`')}), "
         f"torch {mach['torch']}",
         f"- Training time: {tr['seconds']:.0f} s, {tr['steps']} steps x {cfg['batch_size']} rows "
@@ -263,7 +209,7 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         + f", token class weights {cfg.get('class_weights')}; "
         + (f"configs `{model_dir}/train.yaml` (stage 1) and `train_stage2.yaml` (stage 2, these values)"
            if m.get("stage1") else f"config `{model_dir}/train.yaml`"),
-        f"- Exported: int8 dynamic-quantized ONNX"
+        "- Exported: int8 dynamic-quantized ONNX"
         + (" with fused attention / layer-norm ops (`export: optimize`)" if "optimized_max_abs_diff" in m.get("export", {}) else "")
         + f", {m.get('size_bytes', 0) / 1e6:.1f} MB (+ tokenizer.json 0.5 MB); "
         f"ONNX-vs-torch max |logit diff| fp32 {_f(m.get('export', {}).get('fp32_max_abs_diff'))}, "
@@ -287,17 +233,17 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "",
         "## Training data",
         "",
-        "Converted by `models/data/convert.py` and `models/data/synthetic.py` into span JSONL under "
+        "Converted by `models/pipelines/hallucination/convert.py` and `models/pipelines/hallucination/synthetic.py` into span JSONL under "
         "`data-cache/hallucination/` (never committed). Each source is split by document / question hash, so "
         "dev never shares a source text with train.",
         "",
-        _table(data_rows, ["source", "train examples", "what", "license"]),
+        table(data_rows, ["source", "train examples", "what", "license"]),
         "",
         "FaithBench is CC BY-NC-SA: the weights inherit a non-commercial, share-alike caveat from it.",
         "",
         "Dev only (never trained on):",
         "",
-        _table([[s, *SOURCES.get(s, ("", ""))] for s in mx["by_source"] if s not in cfg["train_mix"]],
+        table([[s, *SOURCES.get(s, ("", ""))] for s in mx["by_source"] if s not in cfg["train_mix"]],
                ["source", "what", "license"]),
         "",
         f"## Dev metrics (int8 graph, threshold {mx['threshold']}, max over windows)",
@@ -305,18 +251,18 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "Example level: an answer is flagged when any token reaches the threshold. Span level: pooled "
         "character overlap. AUROC: max token probability per answer. Definitions as in `docs/evaluation.md`.",
         "",
-        _dev_table(mx, dev.get("windows_mean", {})),
+        _devtable(mx, dev.get("windows_mean", {})),
         "",
         f"With the **min** over windows instead (a token counts as supported if any window supports it), "
         f"threshold {mn['threshold']}:",
         "",
-        _dev_table(mn, dev.get("windows_mean", {})),
+        _devtable(mn, dev.get("windows_mean", {})),
         "",
         *_serving(m),
         "Example level by token threshold on the threshold-selection dev sets, pooled (max over windows; "
         "\"faithful flagged\" = share of their faithful answers flagged, the false-alarm rate to expect):",
         "",
-        _sweep_table(mx),
+        _sweeptable(mx),
         "",
         "## Where it is weak",
         "",
@@ -370,7 +316,7 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "time, where the model shipped before llm_rag got 0.56): (a) SummEdits added to the training mix (1948 LLM summaries: consistent "
         "rewordings faithful, single inconsistent edits as spans): synthetic QA AUROC 0.840 -> 0.854, FaithDial "
         "0.607 -> 0.617, SummEdits dev 0.53 -> 0.61, but HaluEval dialogue 0.836 -> 0.787 and the probe 0.53; "
-        "(b) that plus 70 % of synthetic answers reworded before perturbing (`models.data.synthetic --p-reword "
+        "(b) that plus 70 % of synthetic answers reworded before perturbing (`models.pipelines.hallucination.synthetic --p-reword "
         "0.7`: synonyms, other date and number forms, asides dropped, passives turned): reworded synthetic dev "
         "0.832 -> 0.845, but verbatim synthetic dev 0.840 -> 0.834, dialogue 0.792, and the probe 0.50; (c) recipe "
         "(b) with all 6 encoder layers (904 s of training, ~2.2x the window cost, over the 25 ms budget): "
@@ -399,10 +345,10 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "## Rebuild",
         "",
         "```",
-        "PYTHONPATH=. .venv/bin/python -m models.data.convert --out data-cache/hallucination",
-        "PYTHONPATH=. .venv/bin/python -m models.data.synthetic --out data-cache/hallucination",
-        f"PYTHONPATH=. .venv/bin/python -m models.train_detector --config {model_dir}/train.yaml --out {model_dir}",
-        f"PYTHONPATH=. .venv/bin/python -m models.detector_card {model_dir} --latency",
+        "PYTHONPATH=. .venv/bin/python -m models.pipelines.hallucination.convert --out data-cache/hallucination",
+        "PYTHONPATH=. .venv/bin/python -m models.pipelines.hallucination.synthetic --out data-cache/hallucination",
+        f"PYTHONPATH=. .venv/bin/python -m models.pipelines.detector.train --config {model_dir}/train.yaml --out {model_dir}",
+        f"PYTHONPATH=. .venv/bin/python -m models.pipelines.detector.card {model_dir} --latency",
         "```",
         "",
         "`--eval-only` re-scores the exported model on dev without retraining; `--max-steps N` caps a run.",
@@ -412,15 +358,15 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("model_dir", type=Path)
-    ap.add_argument("--latency", action="store_true")
-    ap.add_argument("--data", type=Path, default=Path("data-cache/hallucination"))
+    ap = shared.card_cli(__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=Path("data-cache/hallucination"),
+                    help="converted dev sets the latency is measured on")
     args = ap.parse_args(argv)
     path = args.model_dir / "metrics.json"
     m = json.loads(path.read_text(encoding="utf-8"))
     if args.latency:
-        m["latency"] = measure_latency(args.model_dir, args.data, threads=m["config"].get("threads") or 2)
+        m["latency"] = shared.measure_latency(args.model_dir, "detector", threads=m["config"].get("threads") or 2,
+                                              data_dir=args.data)
         path.write_text(json.dumps(m, indent=2) + "\n", encoding="utf-8")
     (args.model_dir / "README.md").write_text(render(m, f"models/{args.model_dir.name}"), encoding="utf-8")
     return 0

@@ -1,7 +1,10 @@
-"""Prompt sources for the sentinel: one loader per public dataset under ../shared/data/prompts.
+"""Sentinel data: prompt sources (one loader per public dataset under ../shared/data/prompts) and the splits.
 
 Each loader yields plain prompt strings; the label and the train/dev assignment come from
 `models/sentinel/train.yaml`, so the data mix is changed in config, not code.
+Labels: 0 = non_factual (code, math, creative, roleplay, chit-chat, opinion), 1 = factual.
+Dev sets are whole held-out datasets (listed in the config), so dev accuracy measures
+generalisation to unseen phrasing and sources, not memorised templates.
 """
 
 from __future__ import annotations
@@ -9,10 +12,13 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import random
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 Loader = Callable[[Path], Iterator[str]]
+LABELS = ["non_factual", "factual"]
+Item = tuple[str, int, str]  # (prompt, label, source)
 
 
 def _jsonl(path: Path) -> Iterator[dict]:
@@ -247,3 +253,44 @@ def load_source(name: str, data_dir: Path) -> list[str]:
             seen.add(key)
             out.append(text)
     return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def augment_question(text: str, rng: random.Random, p_add: float, p_strip: float) -> str:
+    """Decorrelate '?' from the label: NQ queries have none, most other questions do."""
+    stripped = text.rstrip()
+    if stripped.endswith("?"):
+        return stripped.rstrip("?").rstrip() if rng.random() < p_strip else stripped
+    return stripped + "?" if rng.random() < p_add else stripped
+
+
+def build_splits(cfg: dict[str, Any], data_dir: Path) -> dict[str, list[Item]]:
+    """train / dev / borderline items from the config's source lists (whole sources per split)."""
+    rng = random.Random(cfg["seed"])
+    cap = cfg["data"].get("max_per_source")
+    aug = cfg["data"].get("augment", {})
+    splits: dict[str, list[Item]] = {"train": [], "dev": [], "borderline": []}
+    for split in splits:
+        for label_name, sources in (cfg["data"].get(split) or {}).items():
+            label = LABELS.index(label_name)
+            for src in sources:
+                texts = load_source(src, data_dir)
+                src_cap = (cfg["data"].get("caps") or {}).get(src, cap)
+                if split == "train" and src_cap and len(texts) > src_cap:
+                    texts = rng.sample(texts, src_cap)
+                splits[split].extend((t, label, src) for t in texts)
+    # No dev prompt may also be a training prompt (FreebaseQA/Mintaka/TriviaQA share trivia).
+    seen = {_norm(t) for t, _, _ in splits["train"]}
+    for split in ("dev", "borderline"):
+        splits[split] = [it for it in splits[split] if _norm(it[0]) not in seen]
+    if aug:
+        splits["train"] = [
+            (augment_question(t, rng, aug.get("add_qmark", 0.0), aug.get("strip_qmark", 0.0))
+             if y == 1 else t, y, s)
+            for t, y, s in splits["train"]
+        ]
+    rng.shuffle(splits["train"])
+    return splits

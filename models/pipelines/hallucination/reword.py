@@ -5,7 +5,7 @@ its own way, swaps a word for a synonym, turns passives around. A detector train
 answers that copy the context learns "not copied = unsupported" and flags those rewordings.
 Every rewrite here keeps the claims of the text (or drops some, which keeps it supported), so
 the result stays faithful; the synthetic set then perturbs the reworded text, and only the
-perturbation is labelled. Used by `models.data.synthetic --p-reword`; the bundled detector's recipe
+perturbation is labelled. Used by `models.pipelines.hallucination.synthetic --p-reword`; the bundled detector's recipe
 leaves it off (it did not help on rewordings written by hand, see models/detector/README.md).
 """
 

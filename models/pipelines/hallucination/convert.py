@@ -1,6 +1,6 @@
 """Turn the shared hallucination sets into span-labelled JSONL (see records.py for the format).
 
-    python -m models.data.convert --out data-cache/hallucination [--sources faithbench xsum ...]
+    python -m models.pipelines.hallucination.convert --out data-cache/hallucination [--sources faithbench xsum ...]
 
 writes `<out>/<source>.train.jsonl` and `<out>/<source>.dev.jsonl`. The split hashes a
 document/question id, so dev never shares a source text with train. Nothing here is
@@ -12,23 +12,17 @@ from __future__ import annotations
 import argparse
 import csv
 import difflib
-import hashlib
 import json
-import os
 import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Iterator
 
-from models.data.records import Record, make_record, split_of, write_jsonl
+from models import shared
+from models.pipelines.hallucination.records import Record, digest, make_record, split_of, write_jsonl
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_DATA = Path(os.environ.get("TRUTHLENS_DATA", REPO_ROOT.parent / "shared" / "data")) / "hallucination"
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+DEFAULT_DATA = shared.SHARED_DATA / "hallucination"
 
 
 def _whole(answer: str) -> list[tuple[int, int]]:
@@ -52,7 +46,7 @@ def _jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, dict]]:
 def halueval_qa(root: Path, limit: int | None = None) -> Iterator[Record]:
     """knowledge + question; right answer faithful, ChatGPT-written wrong answer one whole span."""
     for i, r in _jsonl(root / "halueval/eval_suite/dataset_halueval_qa.jsonl", limit):
-        group = _digest(r["question"])
+        group = digest(r["question"])
         for kind, ans in (("right", r["right_answer"]), ("hal", r["hallucinated_answer"])):
             ans = ans.strip()
             if not ans:
@@ -64,7 +58,7 @@ def halueval_qa(root: Path, limit: int | None = None) -> Iterator[Record]:
 def halueval_dialogue(root: Path, limit: int | None = None) -> Iterator[Record]:
     """knowledge grounds the reply; the dialogue history plays the question."""
     for i, r in _jsonl(root / "halueval/eval_suite/dataset_halueval_dialogue.jsonl", limit):
-        group = _digest(r["knowledge"] + r["dialogue_history"])
+        group = digest(r["knowledge"] + r["dialogue_history"])
         for kind, ans in (("right", r["right_response"]), ("hal", r["hallucinated_response"])):
             ans = ans.strip()
             if not ans:
@@ -75,7 +69,7 @@ def halueval_dialogue(root: Path, limit: int | None = None) -> Iterator[Record]:
 
 def halueval_summarization(root: Path, limit: int | None = None) -> Iterator[Record]:
     for i, r in _jsonl(root / "halueval/eval_suite/dataset_halueval_summarization.jsonl", limit):
-        group = _digest(r["document"][:2000])
+        group = digest(r["document"][:2000])
         for kind, ans in (("right", r["right_summary"]), ("hal", r["hallucinated_summary"])):
             ans = ans.strip()
             if not ans:
@@ -113,7 +107,7 @@ def faithbench(root: Path, limit: int | None = None) -> Iterator[Record]:
                 if en > st:
                     spans.append((st, en))
             yield make_record(f"faithbench-{path.stem}-{s['sample_id']}", s["source"], None, answer,
-                              spans, "summarization", "faithbench", _digest(s["source"]))
+                              spans, "summarization", "faithbench", digest(s["source"]))
             n += 1
 
 
@@ -218,7 +212,7 @@ def faithdial(root: Path, limit: int | None = None) -> Iterator[Record]:
         history = (row.get("history") or "").strip() or None
         spans = _whole(answer) if "hallucinat" in label else []
         yield make_record(f"faithdial-{file_id}-{n}", knowledge, history, answer, spans, "dialogue",
-                          "faithdial", _digest(knowledge + (history or "") + answer))
+                          "faithdial", digest(knowledge + (history or "") + answer))
         n += 1
 
 
@@ -258,7 +252,7 @@ def summedits(root: Path, limit: int | None = None) -> Iterator[Record]:
         seen: set[str] = set()
         for r in json.load(open(path, encoding="utf-8")):
             doc, original, edited = r["doc"].strip(), r["original_summary"].strip(), r["summary"].strip()
-            group = _digest(doc)
+            group = digest(doc)
             candidates = []
             if original and original not in seen:
                 seen.add(original)
@@ -279,7 +273,7 @@ def summedits(root: Path, limit: int | None = None) -> Iterator[Record]:
 
 # ---------------------------------------------------------------- hand-written RAG QA probe (span-level)
 
-HANDWRITTEN = REPO_ROOT / "models/data/handwritten_rag.txt"
+HANDWRITTEN = shared.DATA_DIR / "handwritten_rag.txt"
 _MARK = re.compile(r"\[\[(.+?)\]\]")
 
 
@@ -294,7 +288,7 @@ def handwritten_rag(root: Path, limit: int | None = None, path: Path = HANDWRITT
         if line[:3] in ("C: ", "Q: ", "F: ", "H: "):
             items[-1][line[0]] = line[3:].strip()
     for i, it in enumerate(items[:limit] if limit is not None else items):
-        group = _digest(it["C"])
+        group = digest(it["C"])
         yield make_record(f"handwritten_rag-{i}-faithful", it["C"], it["Q"], it["F"], [], "qa", "handwritten_rag", group)
         answer, spans = unmark(it["H"])
         yield make_record(f"handwritten_rag-{i}-hallucinated", it["C"], it["Q"], answer, spans, "qa",
@@ -316,8 +310,8 @@ def unmark(marked: str) -> tuple[str, list[tuple[int, int]]]:
 
 # ---------------------------------------------------------------- LLM-written RAG QA answers (span-level)
 
-LLM_RAG = REPO_ROOT / "models/data/llm_rag_answers.txt"
-LLM_RAG_MULTI = REPO_ROOT / "models/data/llm_rag_multi_answers.txt"
+LLM_RAG = shared.DATA_DIR / "llm_rag_answers.txt"
+LLM_RAG_MULTI = shared.DATA_DIR / "llm_rag_multi_answers.txt"
 _BLOCK_ID = re.compile(r"(\d+)(?:\s+@((?:\s+\d+)+))?")
 
 
@@ -375,7 +369,7 @@ def llm_rag(root: Path, limit: int | None = None, path: Path = LLM_RAG, source: 
         if limit is not None and n >= limit:
             return
         r = rows[int(it["id"])]
-        group = _digest(r["question"])
+        group = digest(r["question"])
         ctx = [rows[k]["knowledge"] for k in passages[it["id"]]]
         context = ctx[0] if len(ctx) == 1 else ctx
         yield make_record(f"{source}-{it['id']}-faithful", context, r["question"], it["F"], [], "qa",
@@ -429,7 +423,7 @@ def frank(root: Path, limit: int | None = None) -> Iterator[Record]:
             break
         spans = _whole(answer) if float(r["Factuality"]) < 1.0 else []
         yield make_record(f"frank-{r['dataset']}-{h}-{model}", article, None, answer, spans,
-                          "summarization", "frank", _digest(article))
+                          "summarization", "frank", digest(article))
         n += 1
     if skipped:
         print(f"frank: {skipped} annotated summaries without article or sentences skipped", file=sys.stderr)
@@ -464,7 +458,7 @@ def qags(root: Path, limit: int | None = None) -> Iterator[Record]:
             if not article or not answer:
                 continue
             yield make_record(f"qags-{name}-{i}", article, None, answer, spans, "summarization", "qags",
-                              _digest(article))
+                              digest(article))
             n += 1
 
 
@@ -474,7 +468,7 @@ def qags(root: Path, limit: int | None = None) -> Iterator[Record]:
 def _question_group(question: str) -> str:
     """Split key of a QA item: the question with its whitespace collapsed (one AttributionBench copy
     of an ExpertQA question differs from the original only by a trailing space)."""
-    return _digest(" ".join(question.split()))
+    return digest(" ".join(question.split()))
 
 
 def _eval_rows(path: Path, source: str, limit: int | None, task: Callable[[dict], str]) -> Iterator[Record]:
@@ -513,8 +507,8 @@ def attributionbench(root: Path, limit: int | None = None) -> Iterator[Record]:
 
 def real_rag(root: Path, limit: int | None = None) -> Iterator[Record]:
     """Answers real small LLMs wrote to held-out HaluEval QA questions, spans labelled against a guide
-    (models/data/real_rag.py; imported late: it uses this module's helpers). Evaluation only."""
-    from models.data.real_rag import real_rag as load
+    (real_rag.py, answers in models/data/real_rag/; imported late: it uses this module's helpers). Evaluation only."""
+    from models.pipelines.hallucination.real_rag import real_rag as load
 
     return load(root, limit)
 
@@ -556,7 +550,7 @@ def convert(source: str, root: Path, out: Path, dev_fraction: float | None = Non
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared/data/hallucination folder")
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "data-cache/hallucination")
+    ap.add_argument("--out", type=Path, default=shared.HALLUCINATION_CACHE)
     ap.add_argument("--sources", nargs="+", choices=sorted(SOURCES), default=sorted(SOURCES))
     ap.add_argument("--dev-fraction", type=float, default=None, help="override the per-source default")
     ap.add_argument("--limit", type=int, default=None, help="read at most N items per source (tests)")

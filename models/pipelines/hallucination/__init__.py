@@ -1,0 +1,1 @@
+"""The span-labelled hallucination sets: converters of ../shared/data/hallucination, the synthetic RAG-QA set and the project-written sets of models/data/ (the detector's and verifier's data stage; the real-output suite reads them too)."""
