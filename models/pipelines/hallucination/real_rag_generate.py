@@ -10,7 +10,7 @@ Questions: HaluEval QA rows (../shared/data/hallucination/halueval/eval_suite/da
 whose question hashes to the held-out "dev" side of the converters' split
 (`split_of(digest(question), 0.1) == "dev"`), the first --n of them in file order (after --skip).
 Context: three passages, the row's own `knowledge` plus the knowledge of the two other held-out rows
-sharing most "rare" words (lowercased, >= 5 letters, not in STOPWORDS) with the question (ties -> lower
+sharing most "rare" words (lowercased, >= 5 letters, not in STOPWORDS, stopwords.txt) with the question (ties -> lower
 row index), shuffled with random.Random(row). Their row indices are written in prompt order.
 
 Models (CPU, float32, de-quantised by transformers from GGUF):
@@ -46,13 +46,7 @@ from models.pipelines.hallucination.records import digest, split_of
 
 QA_FILE = "halueval/eval_suite/dataset_halueval_qa.jsonl"
 SYSTEM = "Answer the question using only the provided documents."
-STOPWORDS = frozenset("""
-about above after again against among another around because been before being below between
-both could did does doing during each every first from further have having here how into itself
-just known later least many more most much near never other others over same second several
-should since some still such than that their them then there these they third this those three
-through under until upon were what when where which while whom whose with within without would
-your yours also name named called""".split())
+STOPWORDS = frozenset(Path(__file__).with_name("stopwords.txt").read_text(encoding="utf-8").split())
 STOP_MARKERS = ("\n\n", "\nQuestion:", "\nAnswer:", "\nDocument")
 MODELS = ("smollm2", "gemma3")
 

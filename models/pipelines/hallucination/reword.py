@@ -11,27 +11,18 @@ leaves it off (it did not help on rewordings written by hand, see models/detecto
 
 from __future__ import annotations
 
+import json
 import random
 import re
+from pathlib import Path
 from typing import Callable
 
 _NUM_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
               "eleven", "twelve"]
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 
-# Context-free in encyclopaedic text: either word states the same fact.
-SYNONYMS: dict[str, list[str]] = {
-    "film": ["movie"], "films": ["movies"], "approximately": ["about", "roughly", "around"],
-    "located in": ["situated in", "in"], "also known as": ["also called"], "began": ["started"],
-    "purchased": ["bought"], "largest": ["biggest"], "established": ["founded", "set up"],
-    "founded": ["established", "set up"], "currently": ["now", "presently"],
-    "famous": ["well known"], "died": ["passed away"], "resides": ["lives"],
-    "several": ["a number of"], "numerous": ["many"], "primarily": ["mainly", "mostly"],
-    "mainly": ["mostly", "primarily"], "received": ["got"], "United States": ["U.S.", "US"],
-    "is a member of": ["belongs to"], "built": ["constructed"], "singer": ["vocalist"],
-    "written by": ["authored by"], "starring": ["featuring"], "serves as": ["is"],
-    "served as": ["was"],
-}
+# Context-free in encyclopaedic text: either word states the same fact (synonyms.json beside this file).
+SYNONYMS: dict[str, list[str]] = json.loads(Path(__file__).with_name("synonyms.json").read_text(encoding="utf-8"))
 _SYN = re.compile(r"\b(" + "|".join(sorted(map(re.escape, SYNONYMS), key=len, reverse=True)) + r")\b")
 
 _PASSIVE = re.compile(

@@ -41,22 +41,13 @@ ENTITY = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?: (?:of |the |de )?[A-Z][a-zA-Z'\-]+)
 STOP_CAPS = {"The", "A", "An", "It", "He", "She", "They", "This", "In", "On", "At", "His", "Her",
              "Its", "Their", "As", "After", "During", "Both", "However", "Although"} | set(MONTHS)
 
-LEADS = ["", "", "", "Based on the provided context, ", "According to the passage, ",
-         "The context states that ", "From the documents: "]
-ANSWER_FIRST = ["{a}. ", "The answer is {a}. ", "{a} — ", ""]
-CLAUSES = [
-    "{E} was founded in {Y}.",
-    "{E} is headquartered in {P}.",
-    "In {Y}, {E} received a national award for this work.",
-    "{E} has more than {N} employees worldwide.",
-    "This was later confirmed by officials in {P} in {Y}.",
-    "{E} was originally based in {P} before moving in {Y}.",
-    "Critics at the time described it as one of the most influential works of the decade.",
-    "{E} later collaborated with {E2} on several projects.",
-    "The project cost an estimated ${N} million.",
-    "It was first published in {M} {Y}.",
-]
-INLINE = [", which was founded in {Y},", ", based in {P},", " (established in {Y})", ", a former resident of {P},"]
+# answer leads, answer-first openings, inserted claims and inline clauses ({E} entity, {E2} another,
+# {P} place, {Y} year, {N} number, {M} month): synthetic_templates.json beside this file
+_TEMPLATES = json.loads(Path(__file__).with_name("synthetic_templates.json").read_text(encoding="utf-8"))
+LEADS: list[str] = _TEMPLATES["leads"]
+ANSWER_FIRST: list[str] = _TEMPLATES["answer_first"]
+CLAUSES: list[str] = _TEMPLATES["clauses"]
+INLINE: list[str] = _TEMPLATES["inline"]
 
 
 def sentences(text: str) -> list[str]:
