@@ -26,6 +26,7 @@ def test_no_script_edits_sys_path_or_parses_cpuinfo() -> None:
         assert not re.search(r"^\s*(from|import) (gateway_bench|noop_processor|inference_report)\b", text, re.M), path
 
 
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")  # another test imported it first
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_every_script_is_a_module_with_help(name: str) -> None:
     import runpy
