@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from models import shared
-from models.shared import table
 
 # the training and dev sources' descriptions and licenses (text, beside this file)
 SOURCES: dict[str, tuple[str, str]] = {
@@ -27,13 +26,13 @@ def _f(x: Any) -> str:
     return "–" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
 
 
-def _devtable(agg: dict[str, Any], windows: dict[str, float]) -> str:
+def _dev_table(agg: dict[str, Any], windows: dict[str, float]) -> str:
     rows = []
     for src, m in agg["by_source"].items():
         ex, sp = m["example_level"], m["span_level_char"]
         rows.append([src, m["n"], m["positives"], _f(ex["precision"]), _f(ex["recall"]), _f(ex["f1"]),
                      _f(sp["precision"]), _f(sp["recall"]), _f(sp["f1"]), _f(m["auroc"]), windows.get(src, "")])
-    return table(rows, ["dev source", "n", "halluc.", "ex-P", "ex-R", "**ex-F1**", "span-P", "span-R",
+    return shared.table(rows, ["dev source", "n", "halluc.", "ex-P", "ex-R", "**ex-F1**", "span-P", "span-R",
                          "span-F1", "AUROC", "windows"])
 
 
@@ -115,9 +114,9 @@ def _faithful_flagged(ex: dict[str, Any]) -> float:
     return ex["fp"] / max(1, ex["fp"] + ex["tn"])
 
 
-def _sweeptable(agg: dict[str, Any]) -> str:
+def _sweep_table(agg: dict[str, Any]) -> str:
     """Per-threshold trade-off on the threshold-selection sets."""
-    return table([[t, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), f"{_faithful_flagged(v):.2f}"]
+    return shared.table([[t, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), f"{_faithful_flagged(v):.2f}"]
                    for t, v in agg["threshold_sweep"].items()], ["threshold", "ex-P", "ex-R", "ex-F1", "faithful flagged"])
 
 
@@ -163,9 +162,9 @@ def real_output_section(model_dir: str, suite: Path = SUITE) -> list[str]:
         "parts. The dev tables further down are LLM-written and synthetic sets, which did not transfer.",
         "",
         *served,
-        table([[n, *[cell(n, s, "auroc") for s in sets]] for n in names], ["AUROC", *sets]),
+        shared.table([[n, *[cell(n, s, "auroc") for s in sets]] for n in names], ["AUROC", *sets]),
         "",
-        table([[n, _f(rows[n]["threshold"]), *[f"{cell(n, s, 'f1')} / {cell(n, s, 'faithful_flagged')}" for s in sets]]
+        shared.table([[n, _f(rows[n]["threshold"]), *[f"{cell(n, s, 'f1')} / {cell(n, s, 'faithful_flagged')}" for s in sets]]
                 for n in names], ["example F1 / faithful flagged", "threshold", *sets]),
         "",
     ]
@@ -237,13 +236,13 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "`data-cache/hallucination/` (never committed). Each source is split by document / question hash, so "
         "dev never shares a source text with train.",
         "",
-        table(data_rows, ["source", "train examples", "what", "license"]),
+        shared.table(data_rows, ["source", "train examples", "what", "license"]),
         "",
         "FaithBench is CC BY-NC-SA: the weights inherit a non-commercial, share-alike caveat from it.",
         "",
         "Dev only (never trained on):",
         "",
-        table([[s, *SOURCES.get(s, ("", ""))] for s in mx["by_source"] if s not in cfg["train_mix"]],
+        shared.table([[s, *SOURCES.get(s, ("", ""))] for s in mx["by_source"] if s not in cfg["train_mix"]],
                ["source", "what", "license"]),
         "",
         f"## Dev metrics (int8 graph, threshold {mx['threshold']}, max over windows)",
@@ -251,18 +250,18 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "Example level: an answer is flagged when any token reaches the threshold. Span level: pooled "
         "character overlap. AUROC: max token probability per answer. Definitions as in `docs/evaluation.md`.",
         "",
-        _devtable(mx, dev.get("windows_mean", {})),
+        _dev_table(mx, dev.get("windows_mean", {})),
         "",
         f"With the **min** over windows instead (a token counts as supported if any window supports it), "
         f"threshold {mn['threshold']}:",
         "",
-        _devtable(mn, dev.get("windows_mean", {})),
+        _dev_table(mn, dev.get("windows_mean", {})),
         "",
         *_serving(m),
         "Example level by token threshold on the threshold-selection dev sets, pooled (max over windows; "
         "\"faithful flagged\" = share of their faithful answers flagged, the false-alarm rate to expect):",
         "",
-        _sweeptable(mx),
+        _sweep_table(mx),
         "",
         "## Where it is weak",
         "",
