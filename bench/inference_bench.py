@@ -30,6 +30,7 @@ import numpy as np
 from bench.common import REPO as ROOT
 from bench.common import command, git_commit, write_results
 from extproc.evaluation.machine import cpu_name, gpu, simd
+from extproc.config import default_config
 from extproc.inference.engine import EngineSettings, build_engine
 from extproc.inference.models import Detector, Explainer, OnnxModel
 from extproc.inference.runtime import RuntimeOptions
@@ -178,14 +179,15 @@ async def _load(engine: Any, context: str, concurrency: int, total: int) -> dict
 
 def bench_throughput(args: argparse.Namespace, concurrencies: list[int]) -> dict[str, Any]:
     modes = {
-        "batching on": {"max_wait_ms": EngineSettings().max_wait_ms},
+        "batching on": {},  # the config's batching
         # max_batch_tokens=1: the batcher takes one job per forward pass and the model one row per run
         "batching off": {"max_wait_ms": 0.0, "max_batch_tokens": 1},
     }
     results = {}
     for name, overrides in modes.items():
-        settings = EngineSettings(detector_dir=args.detector, explainer_enabled=False, provider="cpu",
-                                  intra_op_threads=args.threads, **overrides)
+        settings = EngineSettings.from_config(
+            default_config(), sentinel_dir=None, detector_dir=args.detector, explainer_dir=None, surrogate_dir=None,
+            explainer_enabled=False, provider="cpu", intra_op_threads=args.threads, **overrides)
         engine = build_engine(settings)
         ctx = synthetic_text(engine.detector.model.tokenizer, args.throughput_context, seed=11)
         windows = len(engine.detector.prepare([ctx], QUESTION, ANSWER).rows)
@@ -219,9 +221,9 @@ def rss_child(args: argparse.Namespace) -> None:
     (a full `max_batch_tokens` batch of max_length rows) is what the sidecar holds afterwards.
     """
     kb: dict[str, int] = {"baseline": _vm("VmRSS")}
-    engine = build_engine(EngineSettings(sentinel_dir=args.sentinel, detector_dir=args.detector,
-                                         explainer_dir=args.explainer, provider="cpu", intra_op_threads=args.threads,
-                                         max_batch_tokens=args.rss_batch_tokens))
+    engine = build_engine(EngineSettings.from_config(
+        default_config(), sentinel_dir=args.sentinel, detector_dir=args.detector, explainer_dir=args.explainer,
+        surrogate_dir=None, provider="cpu", intra_op_threads=args.threads, max_batch_tokens=args.rss_batch_tokens))
     kb["loaded"] = _vm("VmRSS")
     tok = engine.detector.model.tokenizer
 

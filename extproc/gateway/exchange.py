@@ -32,6 +32,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc.gateway import replies
 from extproc.gateway.context import RequestContext
 from extproc.inference.api import DetectionResult, InferenceError, ModelUnavailable, Overloaded, SentinelResult
+from extproc.inference.templates import sentinel_prompt
 from extproc.policy.actions import ActionPlan, plan_actions
 from extproc.policy.decisions import Decision
 from extproc.policy.verdict import (
@@ -189,10 +190,7 @@ class ChatExchange:
 
     def _sentinel_prompt(self) -> str:
         ctx = self.ctx
-        prompt = ctx.question or ""
-        if self.tl.sentinel_include_system_prompt and ctx.system_prompt:
-            prompt = f"{ctx.system_prompt}\n\n{prompt}"
-        return prompt
+        return sentinel_prompt(ctx.question or "", ctx.system_prompt, self.tl.sentinel_include_system_prompt)
 
     async def _classify(self) -> None:
         """Classify the prompt; never raises (a failed classification means: check it)."""

@@ -15,7 +15,7 @@ import random
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -61,37 +61,41 @@ RESERVOIR_CHARS = 8000  # per kept context: enough for the surrogate's window, b
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """Plain settings (filled from `truthlens.*` config by the wiring layer)."""
+    """Plain settings, built from the `truthlens.*` config (`from_config`) by the wiring layer.
 
-    sentinel_dir: str | None = None
-    detector_dir: str | None = None
-    explainer_dir: str | None = None
-    surrogate_dir: str | None = None  # causal LM for the white-box signals
-    context_pmi: bool = True  # use the surrogate's context PMI in the fused score when it is loaded
-    surrogate_max_tokens: int = 1024  # per surrogate pass: prompt + passages + answer
-    latent_audit_file: str | None = None  # `truthlens calibrate` output: adds the LatentAudit signal
-    lens_emergence: bool = False  # LUMINA: logit-lens emergence (two more head projections per answer token)
-    context_mmd: bool = False  # LUMINA: MMD vs another request's passages (a third surrogate pass)
-    reservoir_size: int = 64  # contexts of recent requests kept (in memory only) for context_mmd
-    provider: str = "auto"
-    intra_op_threads: int = 0
-    inter_op_threads: int = 1
-    sentinel_threshold: float = 0.5
-    token_threshold: float = 0.5
-    nli_entailment_threshold: float = 0.9
-    min_span_tokens: int = 1
-    min_span_chars: int = 2
-    min_span_confidence: float = 0.5
-    score_method: str = "fused"
-    response_threshold: float = 0.65  # fused: a sentence whose (calibrated) doubt reaches it carries spans
-    explainer_enabled: bool = True
-    drop_entailed: bool = True
-    explainer_max_windows: int = 8  # per sentence/hypothesis: the best-matching context windows (0 = all)
-    max_batch_tokens: int = 4096
-    max_wait_ms: float = 2.0
-    max_queue: int = 256
-    sentinel_include_system_prompt: bool = False
-    sentinel_prefilter: bool = True  # use the sentinel directory's prefilter.npz when it has one
+    The config schema holds every default: the fields it maps have none here, so the server, the
+    benches and the tests cannot run on thresholds the config never gives. Only what the config
+    does not set (strict loading, the tokenization pool) has a default.
+    """
+
+    sentinel_dir: str | None
+    detector_dir: str | None
+    explainer_dir: str | None
+    surrogate_dir: str | None  # causal LM for the white-box signals
+    context_pmi: bool  # use the surrogate's context PMI in the fused score when it is loaded
+    surrogate_max_tokens: int  # per surrogate pass: prompt + passages + answer
+    latent_audit_file: str | None  # `truthlens calibrate` output: adds the LatentAudit signal
+    lens_emergence: bool  # LUMINA: logit-lens emergence (two more head projections per answer token)
+    context_mmd: bool  # LUMINA: MMD vs another request's passages (a third surrogate pass)
+    reservoir_size: int  # contexts of recent requests kept (in memory only) for context_mmd
+    provider: str
+    intra_op_threads: int
+    inter_op_threads: int
+    sentinel_threshold: float
+    token_threshold: float
+    nli_entailment_threshold: float
+    min_span_tokens: int
+    min_span_chars: int
+    min_span_confidence: float
+    score_method: str
+    response_threshold: float  # fused: a sentence whose (calibrated) doubt reaches it carries spans
+    explainer_enabled: bool
+    drop_entailed: bool
+    explainer_max_windows: int  # per sentence/hypothesis: the best-matching context windows (0 = all)
+    max_batch_tokens: int
+    max_wait_ms: float
+    max_queue: int
+    sentinel_prefilter: bool  # use the sentinel directory's prefilter.npz when it has one
     prep_threads: int = 2  # tokenization / windowing pool
     strict: bool = False  # True: a present-but-invalid model directory raises instead of being left out
 
@@ -102,11 +106,12 @@ class EngineSettings:
             raise ValueError(f"truthlens.score_method: {self.score_method!r} is not one of {list(SCORE_METHODS)}")
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "EngineSettings":
-        """From the typed config (`extproc.config.schema.Config`); only reads attributes."""
+    def from_config(cls, cfg: Any, **overrides: Any) -> "EngineSettings":
+        """From the typed config (`extproc.config.schema.Config`; only reads attributes), with `overrides`
+        (benches and tools: other model directories, provider, ...)."""
         tl = cfg.truthlens
         m, t, b, e = tl.models, tl.thresholds, tl.batching, tl.explainer
-        return cls(
+        settings = dict(
             sentinel_dir=m.sentinel, detector_dir=m.detector, explainer_dir=m.explainer, surrogate_dir=m.surrogate,
             context_pmi=tl.signals.context_pmi, surrogate_max_tokens=tl.signals.surrogate_max_tokens,
             latent_audit_file=tl.signals.latent_audit, lens_emergence=tl.signals.lens_emergence,
@@ -117,9 +122,12 @@ class EngineSettings:
             min_span_confidence=t.min_span_confidence, score_method=tl.score_method, response_threshold=t.response,
             explainer_enabled=e.enabled, drop_entailed=e.drop_entailed, explainer_max_windows=e.max_windows,
             max_batch_tokens=b.max_batch_tokens, max_wait_ms=b.max_wait_ms, max_queue=b.max_queue,
-            sentinel_include_system_prompt=tl.sentinel_include_system_prompt,
             sentinel_prefilter=m.sentinel_prefilter,
         )
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise TypeError(f"EngineSettings has no field(s) {sorted(unknown)}")
+        return cls(**(settings | overrides))
 
     @property
     def span_filter(self) -> SpanFilter:

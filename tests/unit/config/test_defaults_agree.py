@@ -73,3 +73,18 @@ def test_a_mode_slower_than_the_envoy_cap_is_warned_about() -> None:
     slow = parse_config({"truthlens": {"default_mode": "standard", "modes": {"standard": {"timeout_ms": 60000}}}})
     assert any(w.startswith("truthlens.modes.standard: a mitigation may take 135 s") for w in config_warnings(slow))
     assert not any("modes." in w for w in config_warnings(default_config()))
+
+
+def test_engine_settings_have_no_defaults_of_their_own() -> None:
+    """The inference layer gets its values from the config: only what the config does not set has a default."""
+    from dataclasses import MISSING, fields
+
+    from extproc.inference.engine import EngineSettings
+
+    assert {f.name for f in fields(EngineSettings) if f.default is not MISSING} == {"prep_threads", "strict"}
+    cfg = default_config()
+    s, t = EngineSettings.from_config(cfg), cfg.truthlens.thresholds
+    assert (s.sentinel_threshold, s.token_threshold, s.response_threshold) == (t.sentinel, t.token, t.response)
+    assert s.max_wait_ms == cfg.truthlens.batching.max_wait_ms and s.detector_dir == cfg.truthlens.models.detector
+    with pytest.raises(TypeError, match="no field"):
+        EngineSettings.from_config(cfg, token_treshold=0.3)  # a typo is an error, not a silent default

@@ -11,6 +11,7 @@ import pytest
 from extproc.inference.engine import LATENT_AUDIT, EngineSettings, build_engine
 from extproc.inference.latent_audit import LatentAudit
 from extproc.inference.manifest import ManifestError
+from tests.helpers.settings import engine_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 FACTS = [
@@ -59,7 +60,7 @@ def test_the_file_records_the_surrogate_and_its_layers(calibration):
 def _settings(**kw) -> EngineSettings:
     base = dict(sentinel_dir=None, detector_dir=str(ROOT / "models/detector"), explainer_dir=str(ROOT / "models/explainer"),
                 surrogate_dir=str(ROOT / "models/surrogate"), provider="cpu")
-    return EngineSettings(**{**base, **kw})
+    return engine_settings(**{**base, **kw})
 
 
 async def test_the_sidecar_loads_it_and_refuses_one_for_another_surrogate(calibration, tmp_path):

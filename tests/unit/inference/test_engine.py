@@ -10,6 +10,7 @@ from extproc.inference.manifest import ManifestError
 from extproc.inference.models import Detector, NliResult, OnnxModel
 from extproc.inference.runtime import RuntimeOptions
 from extproc.inference.windowing import PairInput, Row
+from tests.helpers.settings import engine_settings
 
 LONG_CONTEXT = ["Paris is the capital of France. " * 40, "The Eiffel tower was built in 1889."]
 ANSWER = "The capital of France is Lyon. The tower was built in 1925."
@@ -18,7 +19,7 @@ ANSWER = "The capital of France is Lyon. The tower was built in 1925."
 def _settings(tiny_models, detector="bert-token", **kw) -> EngineSettings:
     base = dict(sentinel_dir=str(tiny_models["bert-seq"]), detector_dir=str(tiny_models[detector]),
                 explainer_dir=str(tiny_models["bert-nli"]), provider="cpu", max_wait_ms=1.0)
-    return EngineSettings(**{**base, **kw})
+    return engine_settings(**{**base, **kw})
 
 
 @pytest.fixture
@@ -156,7 +157,7 @@ async def test_concurrent_requests_share_batches_and_match_sequential_results(en
 
 
 async def test_missing_models_are_reported_not_fatal(tiny_models, tmp_path):
-    engine = build_engine(EngineSettings(detector_dir=str(tmp_path / "absent"), sentinel_dir=None, explainer_dir=None))
+    engine = build_engine(engine_settings(detector_dir=str(tmp_path / "absent"), sentinel_dir=None, explainer_dir=None))
     try:
         assert not engine.has("detector") and engine.models() == ()
         with pytest.raises(ModelUnavailable):
@@ -168,7 +169,7 @@ async def test_missing_models_are_reported_not_fatal(tiny_models, tmp_path):
 
 
 async def test_partial_engine_reports_roles_and_providers(tiny_models):
-    engine = build_engine(EngineSettings(detector_dir=str(tiny_models["modernbert-token"]), provider="cpu"))
+    engine = build_engine(engine_settings(detector_dir=str(tiny_models["modernbert-token"]), provider="cpu"))
     try:
         assert engine.has("detector") and not engine.has("sentinel") and not engine.has("explainer")
         (info,) = engine.models()
@@ -181,13 +182,13 @@ def test_broken_model_dir_fails_naming_the_config_key_when_strict(tiny_models, t
     broken = shutil.copytree(tiny_models["bert-token"], tmp_path / "det")
     (broken / "truthlens.json").write_text("{}")
     with pytest.raises(ManifestError, match=r"truthlens\.models\.detector: .*missing required field"):
-        build_engine(EngineSettings(detector_dir=str(broken), strict=True))
+        build_engine(engine_settings(detector_dir=str(broken), strict=True))
 
 
 async def test_broken_explainer_is_left_out_and_the_detector_still_runs(tiny_models, tmp_path, caplog):
     empty = tmp_path / "explainer"
     empty.mkdir()  # e.g. a training run that has not written its files yet
-    engine = build_engine(EngineSettings(detector_dir=str(tiny_models["bert-token"]), explainer_dir=str(empty)))
+    engine = build_engine(engine_settings(detector_dir=str(tiny_models["bert-token"]), explainer_dir=str(empty)))
     try:
         assert engine.has("detector") and not engine.has("explainer")
         assert "truthlens.models.explainer" in engine.load_errors["explainer"]
@@ -200,9 +201,9 @@ async def test_broken_explainer_is_left_out_and_the_detector_still_runs(tiny_mod
 
 def test_bad_settings_name_the_key():
     with pytest.raises(ValueError, match="truthlens.score_method"):
-        EngineSettings(score_method="mean")
+        engine_settings(score_method="mean")
     with pytest.raises(ValueError, match="truthlens.models.provider"):
-        EngineSettings(provider="gpu")
+        engine_settings(provider="gpu")
 
 
 def test_detector_finish_aggregates_windows_per_answer_token(tiny_models):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from extproc.inference.engine import CONTEXT_PMI, EngineSettings, build_engine
+from tests.helpers.settings import engine_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 PASSAGE = ("The Eiffel Tower is a wrought-iron lattice tower in Paris. It was completed in 1889 and is 330 metres "
@@ -21,7 +22,7 @@ ANSWER = "The Eiffel Tower was completed in 1889. It is 330 metres tall."
 def _settings(**kw) -> EngineSettings:
     base = dict(sentinel_dir=None, detector_dir=str(ROOT / "models/detector"), explainer_dir=str(ROOT / "models/explainer"),
                 surrogate_dir=str(ROOT / "models/surrogate"), provider="cpu", strict=True)
-    return EngineSettings(**{**base, **kw})
+    return engine_settings(**{**base, **kw})
 
 
 @pytest.fixture(scope="module")

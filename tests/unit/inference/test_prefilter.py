@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from extproc.inference.engine import EngineSettings, build_engine
+from extproc.inference.engine import build_engine
 from extproc.inference.manifest import ManifestError
 from extproc.inference.prefilter import PREFILTER_FILE, LexicalPrefilter, PrefilterBand, feature_indices, feature_keys
+from tests.helpers.settings import engine_settings
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -111,7 +112,7 @@ def sentinel_with_prefilter(tiny_models, tmp_path: Path) -> Path:
 
 
 async def test_engine_decides_confident_prompts_without_the_model(sentinel_with_prefilter):
-    engine = build_engine(EngineSettings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu"))
+    engine = build_engine(engine_settings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu"))
     try:
         r = engine.prefilter_prompt("poem")
         assert r is not None and r.by == "prefilter" and not r.needs_check
@@ -128,7 +129,7 @@ async def test_engine_decides_confident_prompts_without_the_model(sentinel_with_
 
 
 async def test_prefilter_can_be_switched_off(sentinel_with_prefilter):
-    engine = build_engine(EngineSettings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu",
+    engine = build_engine(engine_settings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu",
                                          sentinel_prefilter=False))
     try:
         assert engine.prefilter is None and engine.prefilter_prompt("poem") is None
@@ -139,7 +140,7 @@ async def test_prefilter_can_be_switched_off(sentinel_with_prefilter):
 
 async def test_broken_prefilter_costs_only_the_fast_path(sentinel_with_prefilter, caplog):
     (sentinel_with_prefilter / PREFILTER_FILE).write_bytes(b"garbage")
-    engine = build_engine(EngineSettings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu"))
+    engine = build_engine(engine_settings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu"))
     try:
         assert engine.has("sentinel") and engine.prefilter is None
         assert "truthlens.models.sentinel" in engine.load_errors["sentinel_prefilter"]
@@ -147,7 +148,7 @@ async def test_broken_prefilter_costs_only_the_fast_path(sentinel_with_prefilter
     finally:
         await engine.close()
     with pytest.raises(ManifestError, match="truthlens.models.sentinel: .*prefilter"):
-        build_engine(EngineSettings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu", strict=True))
+        build_engine(engine_settings(sentinel_dir=str(sentinel_with_prefilter), provider="cpu", strict=True))
 
 
 def test_bundled_prefilter_loads_and_knows_the_obvious_cases():

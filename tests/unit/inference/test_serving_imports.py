@@ -7,12 +7,14 @@ from pathlib import Path
 
 SCRIPT = r"""
 import asyncio, json, sys
+from extproc.config import default_config
 from extproc.inference.engine import EngineSettings, build_engine
 
 async def main():
-    engine = build_engine(EngineSettings(sentinel_dir=sys.argv[1], detector_dir=sys.argv[2], explainer_dir=sys.argv[3],
-                                         token_threshold=0.0, min_span_confidence=0.0, min_span_chars=1,
-                                         nli_entailment_threshold=1.0))
+    engine = build_engine(EngineSettings.from_config(
+        default_config(), sentinel_dir=sys.argv[1], detector_dir=sys.argv[2], explainer_dir=sys.argv[3], surrogate_dir=None,
+        token_threshold=0.0, min_span_confidence=0.0, min_span_chars=1,
+        nli_entailment_threshold=1.0))
     sentinel = await engine.classify_prompt("what is the dose?")
     result = await engine.detect(["Paris is the capital of France."], "capital?", "Lyon is the capital.")
     await engine.close()

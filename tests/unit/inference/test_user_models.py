@@ -6,6 +6,7 @@ import shutil
 
 from extproc.inference.engine import EngineSettings, build_engine
 from extproc.inference.templates import LETTUCEDETECT_TEMPLATE
+from tests.helpers.settings import engine_settings
 
 HAND_WRITTEN = {
     "task": "token-classification",
@@ -23,7 +24,7 @@ async def test_hand_written_manifest_with_lettucedetect_template(tiny_models, tm
     for f in ("model.onnx", "tokenizer.json"):  # what a user copies from an optimum/ONNX export
         shutil.copyfile(tiny_models["modernbert-token"] / f, d / f)
     (d / "truthlens.json").write_text(json.dumps(HAND_WRITTEN))
-    engine = build_engine(EngineSettings(detector_dir=str(d), provider="cpu", token_threshold=0.0,
+    engine = build_engine(engine_settings(detector_dir=str(d), provider="cpu", token_threshold=0.0,
                                          min_span_confidence=0.0, min_span_chars=1))
     try:
         (info,) = engine.models()
@@ -49,4 +50,4 @@ def test_template_that_leaves_no_room_is_rejected_at_load(tiny_models, tmp_path)
     d = shutil.copytree(tiny_models["modernbert-token"], tmp_path / "small")
     (d / "truthlens.json").write_text(json.dumps({**HAND_WRITTEN, "max_length": 128}))
     with pytest.raises(ManifestError, match=r"truthlens\.models\.detector: .*template takes \d+ of max_length 128"):
-        build_engine(EngineSettings(detector_dir=str(d), provider="cpu", strict=True))
+        build_engine(engine_settings(detector_dir=str(d), provider="cpu", strict=True))
