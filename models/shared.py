@@ -252,11 +252,14 @@ class TrainResult:
     stopped_early: bool = False  # hit max_seconds before planned_steps
 
 
-def freeze_lower(model: torch.nn.Module, n_layers: int) -> None:
-    """Freeze embeddings + the first n encoder layers (BERT-style `encoder.layer`)."""
+def freeze_lower(model: torch.nn.Module, n_layers: int, embeddings: bool = True) -> None:
+    """Freeze the embeddings (unless `embeddings` is False) and the first n encoder layers (BERT-style
+    `encoder.layer`): on a shared 2-core CPU the optimizer step and backward pass dominate, and the
+    top layers carry most of what a classifier needs."""
     base = getattr(model, model.base_model_prefix, model)
-    for p in base.embeddings.parameters():
-        p.requires_grad = False
+    if embeddings:
+        for p in base.embeddings.parameters():
+            p.requires_grad = False
     for layer in base.encoder.layer[:n_layers]:
         for p in layer.parameters():
             p.requires_grad = False

@@ -27,16 +27,6 @@ from models.pipelines.detector.export import evaluate_export, export
 from models.pipelines.detector.features import LABELS, Featurizer
 
 
-def freeze(model: Any, embeddings: bool, layers: int) -> None:
-    """Freeze the embeddings (half of MiniLM's weights) and the lowest encoder layers: on a
-    shared 2-core CPU the optimizer step and backward pass dominate, and the top layers
-    carry most of what token classification needs."""
-    parts = ([model.base_model.embeddings] if embeddings else []) + list(model.base_model.encoder.layer[:layers])
-    for part in parts:
-        for p in part.parameters():
-            p.requires_grad = False
-
-
 class _OutOfTime(Exception):
     pass
 
@@ -80,7 +70,8 @@ def run(cfg: dict[str, Any], out_dir: Path, base_dir: Path, data_dir: Path = DAT
     # init_from: continue from an earlier stage's checkpoint (a second pass over fresh records)
     model = shared.load_classifier(cfg.get("init_from") or base_dir, LABELS, task="token",
                                    num_layers=None if cfg.get("init_from") else cfg.get("num_layers"))
-    freeze(model, cfg.get("freeze_embeddings", False), cfg.get("freeze_layers", 0))
+    # the embeddings are half of MiniLM's weights
+    shared.freeze_lower(model, cfg.get("freeze_layers", 0), embeddings=cfg.get("freeze_embeddings", False))
     res = train_with_budget(model, train_ex, cfg)
     metrics: dict[str, Any] = {
         "train": {"examples": len(train_ex), **res,
