@@ -63,11 +63,13 @@ class RemoteTimeout(InferenceError, TimeoutError):
 
 @dataclass(frozen=True, slots=True)
 class RemoteSettings:
+    """Filled from `truthlens.inference.*` (the config schema holds the defaults); the rest are tuning."""
+
     endpoints: tuple[str, ...]
-    deadline_s: float = 4.0  # one call, retries included
-    retries: int = 1
-    load_balancing: str = "round_robin"
-    max_message_bytes: int = 16 * 1024 * 1024
+    deadline_s: float  # one call, retries included
+    retries: int
+    load_balancing: str  # round_robin | pick_first
+    max_message_bytes: int
     down_s: float = 2.0  # an endpoint that was unavailable is tried after the others for this long
     info_retry_s: float = 2.0  # GetInfo again this soon while the pool has not answered it
     info_refresh_s: float = 30.0  # and this often afterwards (a redeployed pool may serve other models)
@@ -77,11 +79,12 @@ class RemoteSettings:
             raise ValueError("truthlens.inference.remote: expected at least one endpoint")
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "RemoteSettings":
+    def from_config(cls, cfg: Any, **overrides: Any) -> "RemoteSettings":
         """From the typed config (`extproc.config.schema.Config`); only reads attributes."""
         inf = cfg.truthlens.inference
-        return cls(endpoints=tuple(inf.remote), deadline_s=inf.deadline_ms / 1000.0, retries=inf.retries,
-                   load_balancing=inf.load_balancing, max_message_bytes=cfg.server.max_message_bytes)
+        values = dict(endpoints=tuple(inf.remote), deadline_s=inf.deadline_ms / 1000.0, retries=inf.retries,
+                      load_balancing=inf.load_balancing, max_message_bytes=cfg.server.max_message_bytes)
+        return cls(**{**values, **overrides})
 
 
 class RemoteEngine:

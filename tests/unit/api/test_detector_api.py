@@ -98,10 +98,11 @@ async def test_shutdown_turns_health_not_serving_first() -> None:
 
 async def test_real_onnx_engine_served(tiny_models) -> None:  # noqa: ANN001
     """The tiny random models behind the API: offsets index the answer, Explain judges each sentence."""
-    from extproc.inference.engine import EngineSettings, build_engine
+    from extproc.inference.engine import build_engine
+    from tests.helpers.settings import engine_settings
 
-    engine = build_engine(EngineSettings(detector_dir=str(tiny_models["bert-token"]),
-                                         explainer_dir=str(tiny_models["bert-nli"]), provider="cpu", max_wait_ms=1.0))
+    engine = build_engine(engine_settings(detector_dir=str(tiny_models["bert-token"]),
+                                          explainer_dir=str(tiny_models["bert-nli"]), provider="cpu", max_wait_ms=1.0))
     server = await _serve(engine)
     try:
         async with grpc.aio.insecure_channel(server.address) as channel:

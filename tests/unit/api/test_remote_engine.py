@@ -34,7 +34,9 @@ async def _serve(engine: FakeEngine) -> DetectorApiServer:
 
 
 def _remote(*endpoints: str, **kw) -> RemoteEngine:  # noqa: ANN003
-    return RemoteEngine(RemoteSettings(endpoints=tuple(endpoints), **kw))
+    """The config's defaults (the only defaults there are) with these endpoints, plus `kw`."""
+    cfg = parse_config({"truthlens": {"inference": {"remote": list(endpoints)}}})
+    return RemoteEngine(RemoteSettings.from_config(cfg, **kw))
 
 
 async def test_detect_and_classify_match_the_engine_behind_the_pool() -> None:
@@ -151,7 +153,7 @@ def test_config_selects_the_remote_engine_and_loads_no_model() -> None:
     engine = build_engine(cfg)
     assert isinstance(engine, RemoteEngine)
     assert engine.settings == RemoteSettings(("10.0.0.7:50052", "10.0.0.8:50052"), deadline_s=0.9, retries=2,
-                                             load_balancing="pick_first", max_message_bytes=16 * 1024 * 1024)
+                                             load_balancing="pick_first", max_message_bytes=cfg.server.max_message_bytes)
     assert engine.models() == ()
 
 
