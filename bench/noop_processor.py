@@ -37,6 +37,7 @@ def main() -> None:
     import argparse
     import asyncio
 
+    from extproc.config import default_config
     from extproc.server import ServerOptions, SidecarServer, run_until_signal
 
     p = argparse.ArgumentParser(description=__doc__)
@@ -45,7 +46,7 @@ def main() -> None:
 
     async def serve() -> None:
         ready = asyncio.Event()
-        server = SidecarServer(NoopProcessor(), ServerOptions(address=args.address))
+        server = SidecarServer(NoopProcessor(), ServerOptions.from_config(default_config(), address=args.address))
         task = asyncio.ensure_future(run_until_signal(server, ready))
         await ready.wait()
         print(f"noop ext_proc ready on {server.address}", flush=True)

@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from extproc.config import Config
 
 log = logging.getLogger("truthlens.server")
 
@@ -24,12 +27,28 @@ EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 
 @dataclass(frozen=True, slots=True)
 class ServerOptions:
-    address: str = "127.0.0.1:50051"  # host:port or unix:/path
-    max_message_bytes: int = 16 * 1024 * 1024
-    shutdown_grace_s: float = 10.0
+    """The server's settings, from the config's `server` section (`from_config`: its defaults are the config's)."""
+
+    address: str  # host:port or unix:/path
+    max_message_bytes: int
+    shutdown_grace_s: float
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_client_ca_file: str | None = None  # set => mTLS: clients must present a certificate
+
+    @classmethod
+    def from_config(cls, cfg: Config, address: str | None = None, **overrides: Any) -> ServerOptions:
+        """`address` (a command-line flag) replaces server.grpc_address; `overrides`: tests and tools."""
+        s = cfg.server
+        opts = cls(
+            address=address or s.grpc_address,
+            max_message_bytes=s.max_message_bytes,
+            shutdown_grace_s=s.shutdown_grace_s,
+            tls_cert_file=s.tls.cert_file if s.tls.enabled else None,
+            tls_key_file=s.tls.key_file if s.tls.enabled else None,
+            tls_client_ca_file=s.tls.client_ca_file if s.tls.enabled else None,
+        )
+        return replace(opts, **overrides) if overrides else opts
 
 
 class SidecarServer:

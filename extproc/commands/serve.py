@@ -58,10 +58,10 @@ async def _serve(cfg, args: argparse.Namespace, address: str) -> int:  # noqa: A
     import logging
 
     from extproc.config import config_warnings
-    from extproc.server import SidecarServer, run_until_signal
+    from extproc.server import ServerOptions, SidecarServer, run_until_signal
     from extproc.gateway.service import TruthLensService
     from extproc.telemetry.logging import configure_logging
-    from extproc.gateway.wiring import GatewayRuntime, build_engine, build_mitigator, server_options
+    from extproc.gateway.wiring import GatewayRuntime, build_engine, build_mitigator
 
     configure_logging(args.log_level or cfg.telemetry.log_level, cfg.telemetry.log_content)
     from extproc.telemetry.tracing import TracingUnavailable, configure_tracing, shutdown_tracing
@@ -92,7 +92,7 @@ async def _serve(cfg, args: argparse.Namespace, address: str) -> int:  # noqa: A
     if metrics is not None:
         metrics.set_models((m.name, m.role) for m in engine.models())
     rt = GatewayRuntime(cfg, engine, metrics=metrics, mitigator=build_mitigator(cfg, engine))
-    server = SidecarServer(TruthLensService(rt), server_options(cfg, address))
+    server = SidecarServer(TruthLensService(rt), ServerOptions.from_config(cfg, address))
     roles = ",".join(r for r in ("sentinel", "detector", "explainer") if engine.has(r)) or "none"
     try:
         ready = asyncio.Event()
@@ -118,8 +118,8 @@ async def _serve_detector_api(cfg, args: argparse.Namespace, address: str) -> in
 
     from extproc.api.server import DetectorApiServer
     from extproc.config import config_warnings
-    from extproc.gateway.wiring import build_local_engine, server_options
-    from extproc.server import run_until_signal
+    from extproc.gateway.wiring import build_local_engine
+    from extproc.server import ServerOptions, run_until_signal
     from extproc.telemetry.logging import configure_logging
 
     configure_logging(args.log_level or cfg.telemetry.log_level, cfg.telemetry.log_content)
@@ -145,7 +145,7 @@ async def _serve_detector_api(cfg, args: argparse.Namespace, address: str) -> in
         metrics = Metrics(cfg.telemetry.tracing.service_name)
         metrics_server = start_metrics_server(args.metrics_address or cfg.server.metrics_address, metrics)
         metrics.set_models((m.name, m.role) for m in engine.models())
-    server = DetectorApiServer(engine, server_options(local, address))
+    server = DetectorApiServer(engine, ServerOptions.from_config(local, address))
     roles = ",".join(r for r in ("sentinel", "detector", "explainer", "surrogate") if engine.has(r)) or "none"
     try:
         ready = asyncio.Event()

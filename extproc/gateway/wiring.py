@@ -14,7 +14,6 @@ from typing import Any
 from extproc.config import Config, model_dir
 from extproc.inference.api import Engine, NullEngine
 from extproc.policy.decisions import Policy, compile_policy
-from extproc.server import ServerOptions
 
 log = logging.getLogger("truthlens.wiring")
 
@@ -37,23 +36,11 @@ class GatewayRuntime:
         return self.config.truthlens.inference_timeout_ms / 1000.0
 
 
-def server_options(cfg: Config, address: str | None = None) -> ServerOptions:
-    s = cfg.server
-    return ServerOptions(
-        address=address or s.grpc_address,
-        max_message_bytes=s.max_message_bytes,
-        shutdown_grace_s=s.shutdown_grace_s,
-        tls_cert_file=s.tls.cert_file if s.tls.enabled else None,
-        tls_key_file=s.tls.key_file if s.tls.enabled else None,
-        tls_client_ca_file=s.tls.client_ca_file if s.tls.enabled else None,
-    )
-
-
 def build_engine(cfg: Config) -> Engine:
     """The inference engine for this config: a remote detector pool (`truthlens.inference.remote`, no
     local model is loaded) or the local models (`build_local_engine`)."""
     if cfg.truthlens.inference.remote:
-        from extproc.inference.remote import RemoteEngine
+        from extproc.api.client import RemoteEngine
 
         return RemoteEngine.from_config(cfg)
     return build_local_engine(cfg)

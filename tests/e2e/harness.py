@@ -24,6 +24,7 @@ import httpx
 from extproc.devtools.processes import terminate, wait_grpc_serving, wait_http_ok
 from extproc.devtools.envoy_config import EnvoyOptions, resolve_envoy_binary, write_config
 from extproc.inference.api import DetectionResult, ModelInfo, Overloaded, SentinelResult, Span
+from extproc.config import default_config
 from extproc.server import ServerOptions, SidecarServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +42,7 @@ class SidecarThread:
     def __init__(self, servicer: Any, address: str = "127.0.0.1:0", grace_s: float = 2.0) -> None:
         self.servicer = servicer
         self.loop = asyncio.new_event_loop()
-        self._opts = ServerOptions(address=address, shutdown_grace_s=grace_s)
+        self._opts = ServerOptions.from_config(default_config(), address=address, shutdown_grace_s=grace_s)
         self.server: SidecarServer | None = None
         self._thread = threading.Thread(target=self.loop.run_forever, name="sidecar", daemon=True)
 

@@ -12,12 +12,13 @@ from extproc.api import convert
 from extproc.api.server import SERVICE, DetectorApiServer
 from extproc.api.v1 import detection_pb2 as pb
 from extproc.api.v1 import detection_pb2_grpc as pb_grpc
+from extproc.config import default_config
 from extproc.server import ServerOptions
 from tests.unit.api.fakes import FakeEngine
 
 
 async def _serve(engine) -> DetectorApiServer:  # noqa: ANN001
-    server = DetectorApiServer(engine, ServerOptions(address="127.0.0.1:0", shutdown_grace_s=0.5))
+    server = DetectorApiServer(engine, ServerOptions.from_config(default_config(), address="127.0.0.1:0", shutdown_grace_s=0.5))
     await server.start()
     return server
 

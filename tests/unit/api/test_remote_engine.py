@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from extproc.api.server import DetectorApiServer
-from extproc.config import parse_config
+from extproc.config import default_config, parse_config
 from extproc.gateway.wiring import build_engine
 from extproc.inference.api import InferenceError, ModelUnavailable, Overloaded
-from extproc.inference.remote import RemoteEngine, RemoteSettings, RemoteTimeout, RemoteUnavailable
+from extproc.api.client import RemoteEngine, RemoteSettings, RemoteTimeout, RemoteUnavailable
 from extproc.server import ServerOptions
 from tests.unit.api.fakes import FakeEngine
 
@@ -28,7 +28,7 @@ def free_port() -> int:
 
 
 async def _serve(engine: FakeEngine) -> DetectorApiServer:
-    server = DetectorApiServer(engine, ServerOptions(address="127.0.0.1:0", shutdown_grace_s=0.1))
+    server = DetectorApiServer(engine, ServerOptions.from_config(default_config(), address="127.0.0.1:0", shutdown_grace_s=0.1))
     await server.start()
     return server
 
@@ -158,7 +158,7 @@ def test_config_selects_the_remote_engine_and_loads_no_model() -> None:
 
 
 def test_remote_engine_imports_no_envoy_or_gateway_code() -> None:
-    code = ("import sys, extproc.inference.remote\n"
+    code = ("import sys, extproc.api.client\n"
             "print([m for m in sys.modules if m.split('.')[0] == 'envoy' or m.startswith(('extproc.gateway', "
             "'extproc.server', 'extproc.inference.engine', 'onnxruntime'))])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -13,7 +13,13 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from extproc.config import default_config, parse_config
 from extproc.server import EXT_PROC_SERVICE, ServerOptions, SidecarServer
+
+
+def options(**kw) -> ServerOptions:
+    """The default config's server settings on an ephemeral port, plus `kw`."""
+    return ServerOptions.from_config(default_config(), address="127.0.0.1:0", **kw)
 
 
 class SlowProcessor(pb_grpc.ExternalProcessorServicer):
@@ -41,7 +47,7 @@ async def check(address: str, service: str = "", **kw: object) -> int:
 
 
 async def test_health_serving_for_overall_and_ext_proc() -> None:
-    server = SidecarServer(SlowProcessor(0), ServerOptions(address="127.0.0.1:0"))
+    server = SidecarServer(SlowProcessor(0), options())
     await server.start()
     try:
         assert await check(server.address) == health_pb2.HealthCheckResponse.SERVING
@@ -52,7 +58,7 @@ async def test_health_serving_for_overall_and_ext_proc() -> None:
 
 async def test_graceful_shutdown_not_serving_first_and_in_flight_stream_finishes() -> None:
     proc = SlowProcessor(0.6)
-    server = SidecarServer(proc, ServerOptions(address="127.0.0.1:0", shutdown_grace_s=5))
+    server = SidecarServer(proc, options(shutdown_grace_s=5))
     await server.start()
     async with grpc.aio.insecure_channel(server.address) as ch:
         stub = pb_grpc.ExternalProcessorStub(ch)
@@ -73,7 +79,7 @@ async def test_graceful_shutdown_not_serving_first_and_in_flight_stream_finishes
 
 async def test_grace_period_bounds_a_hung_stream() -> None:
     proc = SlowProcessor(60)
-    server = SidecarServer(proc, ServerOptions(address="127.0.0.1:0", shutdown_grace_s=0.3))
+    server = SidecarServer(proc, options(shutdown_grace_s=0.3))
     await server.start()
     async with grpc.aio.insecure_channel(server.address) as ch:
         call = pb_grpc.ExternalProcessorStub(ch).Process()
@@ -85,7 +91,7 @@ async def test_grace_period_bounds_a_hung_stream() -> None:
 
 
 async def test_max_message_size_is_enforced() -> None:
-    server = SidecarServer(SlowProcessor(0), ServerOptions(address="127.0.0.1:0", max_message_bytes=4096))
+    server = SidecarServer(SlowProcessor(0), options(max_message_bytes=4096))
     await server.start()
     try:
         async with grpc.aio.insecure_channel(server.address) as ch:
@@ -127,10 +133,10 @@ async def _tls_check(address: str, pki: Path, with_client_cert: bool) -> int:
 
 
 async def test_tls_and_mtls(pki: Path) -> None:
-    tls = SidecarServer(SlowProcessor(0), ServerOptions(
-        address="127.0.0.1:0", tls_cert_file=str(pki / "server.pem"), tls_key_file=str(pki / "server.key")))
-    mtls = SidecarServer(SlowProcessor(0), ServerOptions(
-        address="127.0.0.1:0", tls_cert_file=str(pki / "server.pem"), tls_key_file=str(pki / "server.key"),
+    tls = SidecarServer(SlowProcessor(0), options(
+        tls_cert_file=str(pki / "server.pem"), tls_key_file=str(pki / "server.key")))
+    mtls = SidecarServer(SlowProcessor(0), options(
+        tls_cert_file=str(pki / "server.pem"), tls_key_file=str(pki / "server.key"),
         tls_client_ca_file=str(pki / "ca.pem")))
     await tls.start()
     await mtls.start()
@@ -147,9 +153,6 @@ async def test_tls_and_mtls(pki: Path) -> None:
 
 
 def test_server_options_come_from_config(tmp_path: Path) -> None:
-    from extproc.config import parse_config
-    from extproc.gateway.wiring import server_options
-
     files = {name: str(tmp_path / name) for name in ("c.pem", "k.pem", "ca.pem")}
     for f in files.values():
         Path(f).write_text("x")
@@ -157,8 +160,8 @@ def test_server_options_come_from_config(tmp_path: Path) -> None:
                                    "shutdown_grace_s": 3,
                                    "tls": {"enabled": True, "cert_file": files["c.pem"], "key_file": files["k.pem"],
                                            "client_ca_file": files["ca.pem"]}}})
-    o = server_options(cfg)
+    o = ServerOptions.from_config(cfg)
     assert (o.address, o.max_message_bytes, o.shutdown_grace_s) == ("unix:/tmp/tl.sock", 2048, 3)
     assert (o.tls_cert_file, o.tls_key_file, o.tls_client_ca_file) == (files["c.pem"], files["k.pem"], files["ca.pem"])
-    plain = server_options(parse_config({}), address="127.0.0.1:0")
+    plain = ServerOptions.from_config(parse_config({}), address="127.0.0.1:0")
     assert (plain.address, plain.tls_cert_file) == ("127.0.0.1:0", None)
