@@ -26,8 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.common import REPO, command, machine, percentile, write_results
-from extproc.devtools.processes import terminate, wait_grpc_serving
-from tests.e2e.harness import EnvoyProcess, free_port
+from extproc.devtools.processes import EnvoyProcess, free_port, terminate, wait_grpc_serving
 
 PROMPT = {"model": "truthlens-demo", "messages": [{"role": "user", "content": "Write a short poem about the sea."}]}
 

@@ -33,7 +33,7 @@ from extproc.gateway import replies
 from extproc.gateway.context import RequestContext
 from extproc.inference.api import DetectionResult, InferenceError, ModelUnavailable, Overloaded, SentinelResult
 from extproc.inference.templates import sentinel_prompt
-from extproc.policy.actions import ActionPlan, plan_actions
+from extproc.policy.actions import ActionPlan, plan_actions, streaming_headers
 from extproc.policy.decisions import Decision
 from extproc.policy.verdict import (
     Status,
@@ -58,7 +58,6 @@ log = logging.getLogger("truthlens.exchange")
 CHAT_PATH_SUFFIX = "/chat/completions"
 JSON_TYPES = ("application/json",)
 SSE_TYPE = "text/event-stream"
-STREAMING_STATUS = "streaming"  # x-truthlens-status while an SSE answer is still on its way
 
 
 class Route(Enum):
@@ -285,19 +284,12 @@ class ChatExchange:
                 return ev.response_headers_response((), spoofed)
             self.body_kind = BodyKind.SSE
             self.relay = ChatStreamRelay()
-            early = () if action == "none" else self._streaming_headers()
+            early = () if action == "none" else streaming_headers(self._decision)
             # STREAMED: chunks reach us as they arrive; the builder also drops content-length
             return ev.response_headers_response(early, spoofed, ev.STREAMED_RESPONSE_MODE)
         else:
             self._fix_status(Status.UNCHECKED, UncheckedReason.UNSUPPORTED_CONTENT)
         return None
-
-    def _streaming_headers(self) -> tuple[tuple[str, str], ...]:
-        d = self._decision
-        out = [("x-truthlens-enabled", "true"), ("x-truthlens-status", STREAMING_STATUS), ("x-truthlens-mode", d.mode)]
-        if d.name is not None:
-            out.append(("x-truthlens-decision", d.name))
-        return tuple(out)
 
     # ---- response body ----------------------------------------------------------------------
 

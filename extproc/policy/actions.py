@@ -18,6 +18,7 @@ from extproc.policy.decisions import Decision
 from extproc.policy.verdict import Status, Verdict, top_spans
 
 LATENCY_HEADER = "x-truthlens-latency-ms"
+STREAMING_STATUS = "streaming"  # x-truthlens-status while an SSE answer is still on its way
 SPANS_HEADER_MAX_SPANS = 16
 SPANS_HEADER_MAX_BYTES = 1024
 WARNING_MAX_SPANS = 5
@@ -59,6 +60,14 @@ def plan_actions(verdict: Verdict, decision: Decision, tl: TruthLensConfig) -> A
     if decision.action == "block":
         return ActionPlan(headers, block=block_response(verdict, decision, tl.block_status, headers))
     raise ValueError(f"unknown action {decision.action!r}")  # config validation makes this unreachable
+
+
+def streaming_headers(decision: Decision) -> Headers:
+    """What an SSE answer's headers can say before the answer exists (the verdict comes as the last event)."""
+    out = [("x-truthlens-enabled", "true"), ("x-truthlens-status", STREAMING_STATUS), ("x-truthlens-mode", decision.mode)]
+    if decision.name is not None:
+        out.append(("x-truthlens-decision", decision.name))
+    return tuple(out)
 
 
 def response_headers(verdict: Verdict) -> Headers:

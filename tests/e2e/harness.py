@@ -1,39 +1,28 @@
-"""Start the real pieces on loopback for end-to-end tests and the benchmark.
+"""Start the real pieces on loopback for end-to-end tests.
 
 Order: scripted upstream, then the sidecar (gRPC health SERVING), then Envoy (admin /ready).
 The sidecar runs in-process on its own thread and event loop so a test can give it an engine
 double and read its stream gauge; `SidecarProcess` runs the real `truthlens serve` instead.
+Envoy itself (`EnvoyProcess`) comes from extproc/devtools/processes.py, shared with the gateway benchmark.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import httpx
-
-from extproc.devtools.processes import terminate, wait_grpc_serving, wait_http_ok
-from extproc.devtools.envoy_config import EnvoyOptions, resolve_envoy_binary, write_config
-from extproc.inference.api import DetectionResult, ModelInfo, Overloaded, SentinelResult, Span
 from extproc.config import default_config
+from extproc.devtools.processes import EnvoyProcess, free_port, terminate, wait_grpc_serving, wait_http_ok
+from extproc.inference.api import DetectionResult, ModelInfo, Overloaded, SentinelResult, Span
 from extproc.server import ServerOptions, SidecarServer
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class SidecarThread:
@@ -91,62 +80,6 @@ class SidecarProcess:
     def stop(self) -> int:
         terminate(self.proc)
         return self.proc.returncode
-
-
-@dataclass
-class EnvoyProcess:
-    sidecar_address: str
-    upstream_url: str
-    with_ext_proc: bool = True
-    failure_mode_allow: bool = True
-    message_timeout_s: float = 10.0
-    concurrency: int = 1
-    listen_port: int = field(default_factory=free_port)
-    admin_port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-    _dir: tempfile.TemporaryDirectory[str] | None = None
-
-    def start(self, timeout: float = 60.0) -> EnvoyProcess:
-        self._dir = tempfile.TemporaryDirectory(prefix="truthlens-envoy-")
-        opts = EnvoyOptions(listen_port=self.listen_port, admin_port=self.admin_port,
-                            sidecar_address=self.sidecar_address, upstream_url=self.upstream_url,
-                            failure_mode_allow=self.failure_mode_allow, message_timeout_s=self.message_timeout_s,
-                            with_ext_proc=self.with_ext_proc)
-        cfg = write_config(opts, Path(self._dir.name) / "envoy.yaml")
-        log = open(Path(self._dir.name) / "envoy.log", "wb")  # noqa: SIM115 - lives as long as Envoy
-        self.proc = subprocess.Popen(
-            [resolve_envoy_binary(), "-c", str(cfg), "--log-level", "warning", "--concurrency", str(self.concurrency),
-             "--base-id", str(self.admin_port), "--disable-hot-restart"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
-        if not wait_http_ok(f"http://127.0.0.1:{self.admin_port}/ready", timeout, self.proc):
-            raise RuntimeError(f"Envoy did not become ready: {self.log_tail()}")
-        return self
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.listen_port}"
-
-    def log_tail(self, n: int = 4000) -> str:
-        if self._dir is None:
-            return ""
-        p = Path(self._dir.name) / "envoy.log"
-        return p.read_text(errors="replace")[-n:] if p.exists() else ""
-
-    def stats(self, prefix: str = "") -> dict[str, int]:
-        text = httpx.get(f"http://127.0.0.1:{self.admin_port}/stats?filter={prefix}").text
-        out: dict[str, int] = {}
-        for line in text.splitlines():
-            name, _, value = line.partition(": ")
-            if value.strip().isdigit():
-                out[name] = int(value)
-        return out
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            terminate(self.proc)
-        if self._dir is not None:
-            self._dir.cleanup()
 
 
 # ---- an Engine test double ---------------------------------------------------------------
