@@ -46,7 +46,14 @@ from extproc.policy.verdict import (
 )
 from extproc.protocol import envoy as ev
 from extproc.protocol.encoding import BodyTooLarge, EncodingError, decode_body
-from extproc.protocol.openai import ProtocolError, append_to_choices, parse_chat_request, parse_chat_response
+from extproc.protocol.openai import (
+    ProtocolError,
+    RagFieldError,
+    append_to_choices,
+    parse_chat_request,
+    parse_chat_response,
+)
+from extproc.protocol.paths import is_chat_path
 from extproc.protocol.sse import ChatStreamRelay, content_delta_chunk, verdict_chunk
 from extproc.telemetry.tracing import stage
 
@@ -55,7 +62,6 @@ if TYPE_CHECKING:  # typing only: the runtime is built above this module
 
 log = logging.getLogger("truthlens.exchange")
 
-CHAT_PATH_SUFFIX = "/chat/completions"
 JSON_TYPES = ("application/json",)
 SSE_TYPE = "text/event-stream"
 
@@ -75,7 +81,8 @@ class BodyKind(Enum):
 
 
 def is_chat_route(method: str, path: str) -> bool:
-    return method == "POST" and path.split("?", 1)[0].rstrip("/").endswith(CHAT_PATH_SUFFIX)
+    """Every spelling of POST .../chat/completions an upstream might route to the chat API (protocol/paths.py)."""
+    return (method == "POST" or method.upper() == "POST") and is_chat_path(path)
 
 
 class ChatExchange:
@@ -83,7 +90,7 @@ class ChatExchange:
 
     __slots__ = ("rt", "tl", "early_replies", "ctx", "route", "done", "request_done", "sentinel", "sentinel_task",
                  "sentinel_ms", "ungrounded_reason", "early_status", "early_reason", "content_encoding", "body_kind",
-                 "relay", "sse_done", "verdict")
+                 "relay", "sse_done", "verdict", "rag_in_body")
 
     def __init__(self, rt: GatewayRuntime, early_replies: replies.EarlyReplies, http: pb.HttpHeaders) -> None:
         self.rt = rt
@@ -107,6 +114,7 @@ class ChatExchange:
         self.relay: ChatStreamRelay | None = None  # the SSE assembler while streaming
         self.sse_done = False  # verdict event already emitted
         self.verdict: Verdict | None = None
+        self.rag_in_body = False  # the request body holds the RAG field's name: it must not go upstream as is
 
     # ---- request headers ------------------------------------------------------------------
 
@@ -130,12 +138,27 @@ class ChatExchange:
         """Synchronous: nothing here waits (the sentinel model, when needed, runs as a task)."""
         t0 = time.perf_counter()
         ctx, body = self.ctx, http.body
+        rag_field = self.tl.rag_context_field or None
+        # The RAG field must never reach the upstream: removed, or the request refused (docs/gateway.md).
+        self.rag_in_body = rag_field is not None and rag_field.encode() in body
         if len(body) > self.tl.max_body_bytes:
+            if self.rag_in_body:  # too large to parse and rewrite: refuse rather than forward it
+                return self._refuse(413, UncheckedReason.TOO_LARGE, f"the request body is over {self.tl.max_body_bytes} "
+                                    f"bytes and carries '{rag_field}', which the gateway must remove", rag_field,
+                                    "request_too_large")
             return self._request_unchecked(UncheckedReason.TOO_LARGE)
         try:
-            chat = parse_chat_request(body, self.tl.rag_context_field or None)
+            chat = parse_chat_request(body, rag_field)
+        except RagFieldError as exc:
+            return self._refuse(400, UncheckedReason.BAD_JSON, str(exc), exc.field, "invalid_truthlens_context")
         except ProtocolError as exc:
             log.info("request %s: not a judgeable chat request: %s", ctx.request_id, exc)
+            if exc.upstream_body is not None:  # the field was removed before the error was found
+                return self._request_unchecked(UncheckedReason.BAD_JSON, exc.upstream_body)
+            if self.rag_in_body and not exc.object_read:  # not a JSON object: the field cannot be removed
+                return self._refuse(400, UncheckedReason.BAD_JSON, f"the request body is not a JSON object ({exc}) "
+                                    f"and carries '{rag_field}', which the gateway must remove", rag_field,
+                                    "invalid_json")
             return self._request_unchecked(UncheckedReason.BAD_JSON)
         ctx.question, ctx.system_prompt, ctx.grounding = chat.question, chat.system_prompt, chat.context
         decision = self._decide(chat.question)
@@ -153,11 +176,22 @@ class ChatExchange:
         self.request_done = True
         return reply
 
-    def _request_unchecked(self, reason: UncheckedReason) -> pb.ProcessingResponse:
+    def _request_unchecked(self, reason: UncheckedReason, body: bytes | None = None) -> pb.ProcessingResponse:
+        """Not judged; `body`: forward this instead (the original without the RAG field)."""
         self._decide(None)
         self._fix_status(Status.UNCHECKED, reason)
         self.request_done = True
-        return replies.continue_reply("request_body")
+        return ev.request_body_response(body) if body is not None else replies.continue_reply("request_body")
+
+    def _refuse(self, status: int, reason: UncheckedReason, message: str, param: str | None,
+                code: str) -> pb.ProcessingResponse:
+        """Answer the client now with an OpenAI-style error naming `param`; nothing goes upstream."""
+        self._decide(None)
+        self._fix_status(Status.UNCHECKED, reason)
+        self.request_done = self.done = True  # Envoy sends nothing more on this stream
+        self.verdict = Verdict.unchecked(self._decision, reason, latency_ms=self.ctx.spent_ms)
+        log.info("request %s: refused (%d): %s", self.ctx.request_id, status, message)
+        return replies.refusal(status, message, param, code, self._plan(self.verdict).headers)
 
     def _decide(self, question: str | None) -> Decision:
         policy, ctx = self.rt.policy, self.ctx
@@ -443,6 +477,11 @@ class ChatExchange:
         """For a phase that raised (call it from the `except`): log the error, pass the body on
         unchanged, set verdict headers (unchecked/error) where they can still be set."""
         ctx = self.ctx
+        if phase == "request_body" and self.rag_in_body:  # cannot tell whether the RAG field is gone: refuse
+            log.exception("request %s: request_body failed; refusing (the RAG field may still be in it)", ctx.request_id)
+            self.request_done = self.done = True
+            return replies.refusal(500, "TruthLens could not process this request", self.tl.rag_context_field,
+                                   "truthlens_error", (), error_type="truthlens_error")
         log.exception("request %s: %s failed; passing through unchecked", ctx.request_id, phase)
         if ctx.decision is None or phase not in ("response_headers", "response_body") or self.body_kind is BodyKind.SSE:
             return replies.continue_reply(phase)

@@ -15,6 +15,7 @@ from extproc.policy.actions import Headers, latency_header_value
 from extproc.policy.decisions import Decision
 from extproc.policy.verdict import Verdict
 from extproc.protocol import envoy as ev
+from extproc.protocol.openai import error_body
 
 FORCE_IDENTITY = (("accept-encoding", "identity"),)  # we must be able to read the answer
 NO_RESPONSE_BODY_MODE = ev.processing_mode(response_body=ev.ProcessingMode.NONE)  # verdict known: body not needed
@@ -38,6 +39,14 @@ _CONTINUE = {
 def continue_reply(phase: str) -> pb.ProcessingResponse:
     """'Go on unchanged' for any phase (shared prebuilt messages: never mutate them)."""
     return _CONTINUE[phase]
+
+
+def refusal(status: int, message: str, param: str | None, code: str, headers: Headers = (),
+            error_type: str = "invalid_request_error") -> pb.ProcessingResponse:
+    """Answer the client at once with an OpenAI-style error (`param` names the offending field);
+    the request never reaches the upstream."""
+    body = error_body(message, type=error_type, code=code, param=param)
+    return ev.immediate_response(status, (("content-type", "application/json"), *headers), body)
 
 
 def verdict_headers_reply(phase: str, headers: Headers) -> pb.ProcessingResponse:

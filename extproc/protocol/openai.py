@@ -2,7 +2,7 @@
 
 Public API (pure functions over bytes; no config import, no model code):
 
-- ``parse_chat_request(body, rag_field="truthlens_context") -> ChatRequest`` (``None``: no RAG field)
+- ``parse_chat_request(body, rag_field="truthlens_context", grounding=None) -> ChatRequest`` (``None``: no RAG field)
 - ``parse_chat_response(body) -> ChatResponse``
 - ``append_to_choices(body, text) -> bytes``
 - ``error_body(message, *, type="truthlens_error", code=None, extra=None) -> bytes``
@@ -10,9 +10,12 @@ Public API (pure functions over bytes; no config import, no model code):
 - ``read_json(data)``: ``json.loads`` semantics, read by orjson where the two agree
 - ``ProtocolError``: every malformed-input case; the message says what was wrong and where.
 
-Grounding rules (issue 2): every ``role: tool`` (and legacy ``role: function``) message is its
-own passage, in conversation order, followed by the caller's RAG documents from the
-``rag_field`` extension field. That field is not an OpenAI parameter, so it is removed before
+Grounding rules (issues 2, 17): in conversation order, the documents of system prompts and user
+turns (found by ``grounding``, extproc.protocol.grounding: labelled sections, tags, numbered
+sources, fenced blocks, user patterns) and every ``role: tool`` (and legacy ``role: function``)
+message, one passage each, followed by the caller's RAG documents from the ``rag_field``
+extension field; each source can be switched off. Earlier assistant turns are never grounding.
+The question is the last user turn's text outside its documents. That field is not an OpenAI parameter, so it is removed before
 the request goes upstream (``ChatRequest.upstream_body``). Declared tools without any tool
 result give no grounding: the context tuple is simply empty.
 """
@@ -21,23 +24,29 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from extproc.protocol.grounding import GroundingRules
+
 __all__ = [
     "ChatRequest",
     "ChatResponse",
     "ProtocolError",
+    "RagFieldError",
     "append_to_choices",
     "content_text",
     "dump_json",
     "error_body",
     "parse_chat_request",
     "parse_chat_response",
+    "may_hold_surrogates",
     "read_json",
+    "scrub_surrogates",
 ]
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -46,22 +55,42 @@ _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
 
 class ProtocolError(ValueError):
-    """The body is not the chat-completions JSON we can judge; the gateway passes it through."""
+    """The body is not the chat-completions JSON we can judge; the gateway passes it through.
+
+    `upstream_body`: for a request whose RAG field was removed before the error was found, the body
+    without it (forward that, never the original). `object_read`: the body was a JSON object (so
+    the RAG field's presence is known exactly).
+    """
+
+    upstream_body: bytes | None = None
+    object_read: bool = False
+
+
+class RagFieldError(ProtocolError):
+    """The RAG field is present but not a string, a list of strings or a list of documents.
+
+    The gateway refuses such a request (400, `param` = the field) rather than guess what was meant.
+    """
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(slots=True)  # read-only by convention; frozen construction would cost ~2 us per request
 class ChatRequest:
     model: str | None
     stream: bool
-    question: str | None  # text of the last user message; None when there is none or it has no text
-    system_prompt: str | None  # system + developer messages joined by a blank line
-    context: tuple[str, ...]  # tool results (one passage each), then caller RAG documents
+    question: str | None  # the last user message's text outside its documents; None when there is none
+    system_prompt: str | None  # system + developer messages (outside their documents) joined by a blank line
+    context: tuple[str, ...]  # documents of system prompts, user turns, tool results in order, then RAG documents
     has_tools: bool  # `tools` or legacy `functions` declared
     has_tool_results: bool
     messages_count: int
     upstream_body: bytes | None  # body without the RAG field; None = forward the original bytes
     non_text_parts: int = 0  # image/audio/file parts seen (ignored for judging, still counted)
     rag_documents: int = 0  # how many passages came from the RAG field
+    text_documents: int = 0  # how many came from system prompts and user turns (extproc.protocol.grounding)
 
     @property
     def grounded(self) -> bool:
@@ -78,8 +107,40 @@ class ChatResponse:
 
 
 def dump_json(obj: Any) -> bytes:
-    """Compact UTF-8 JSON: what we send when a body must be re-serialized."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Compact UTF-8 JSON: what we send when a body must be re-serialized.
+
+    A lone surrogate (a `\\ud800` escape the sender wrote, which json.loads keeps) has no UTF-8
+    form: such an object is written with ASCII escapes instead, so it goes out as it came in.
+    """
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+# A JSON escape of a surrogate code point: only bodies holding one can carry a lone surrogate
+# (raw surrogate bytes are invalid UTF-8 and fail to decode).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub_surrogates(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD, one for one (offsets stay valid).
+
+    Text that reaches tokenizers, models, headers and gRPC must be valid Unicode; json.loads keeps
+    an escaped lone surrogate (`"\\ud800"`) as is, and a paired one is already one character.
+    """
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def may_hold_surrogates(data: bytes | str) -> bool:
+    """True when text parsed from `data` may hold a lone surrogate: a `\\uD8xx`-style escape, or a
+    body json.loads reads as UTF-16/32 or after a BOM (cheap scans of the raw bytes)."""
+    if isinstance(data, str):
+        return "\\u" in data or _SURROGATE.search(data) is not None
+    return (_SURROGATE_ESCAPE.search(data) is not None or b"\x00" in data[:4]
+            or data[:3] == codecs.BOM_UTF8 or data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
 
 
 def read_json(data: bytes | str) -> Any:
@@ -154,7 +215,7 @@ def _rag_passages(value: Any, field: str) -> list[str]:
     if isinstance(value, str):
         return [value] if value.strip() else []
     if not isinstance(value, list):
-        raise ProtocolError(f"{field} must be a string or a list, got {type(value).__name__}")
+        raise RagFieldError(f"{field} must be a string or a list, got {type(value).__name__}", field)
     out: list[str] = []
     for i, doc in enumerate(value):
         if isinstance(doc, str):
@@ -162,30 +223,61 @@ def _rag_passages(value: Any, field: str) -> list[str]:
         elif isinstance(doc, dict):
             raw = doc.get("text", doc.get("content"))
             if raw is None:
-                raise ProtocolError(f"{field}[{i}] needs a 'text' or 'content' key")
-            text, _ = content_text(raw, f"{field}[{i}].content")
+                raise RagFieldError(f"{field}[{i}] needs a 'text' or 'content' key", field)
+            try:
+                text, _ = content_text(raw, f"{field}[{i}].content")
+            except ProtocolError as exc:
+                raise RagFieldError(str(exc), field) from None
         else:
-            raise ProtocolError(f"{field}[{i}] must be a string or an object, got {type(doc).__name__}")
+            raise RagFieldError(f"{field}[{i}] must be a string or an object, got {type(doc).__name__}", field)
         if text.strip():
             out.append(text)
     return out
 
 
-def parse_chat_request(body: bytes, rag_field: str | None = "truthlens_context") -> ChatRequest:
+def parse_chat_request(body: bytes, rag_field: str | None = "truthlens_context",
+                       grounding: GroundingRules | None = None) -> ChatRequest:
     """Extract question, system prompt and grounding passages from a chat-completions request.
 
-    `rag_field=None` turns the RAG convention off: the body is never rewritten.
+    `rag_field=None` turns the RAG convention off: the body is never rewritten. `grounding`: where
+    documents are looked for (extproc.protocol.grounding); None = tool results and the RAG field only.
     """
     # The RAG field is removed by re-serializing the object: then it must be read exactly.
     exact = rag_field is not None and rag_field.encode() in body
     obj = _load_object(body, "request body", exact=exact)
+    upstream_body: bytes | None = None
+    rag_value: Any = None
+    if rag_field is not None and rag_field in obj:
+        # Removed first, so that a request we cannot judge still never carries it upstream.
+        rag_value = obj.pop(rag_field)
+        upstream_body = dump_json(obj)
+    try:
+        rag = _rag_passages(rag_value, rag_field) if rag_field is not None else []
+        chat = _chat_request(obj, rag, grounding)
+    except ProtocolError as exc:
+        exc.object_read, exc.upstream_body = True, upstream_body
+        raise
+    chat.upstream_body = upstream_body
+    if may_hold_surrogates(body):  # an escaped lone surrogate must not reach tokenizers or headers
+        chat.question = scrub_surrogates(chat.question) if chat.question is not None else None
+        chat.system_prompt = scrub_surrogates(chat.system_prompt) if chat.system_prompt is not None else None
+        chat.context = tuple(map(scrub_surrogates, chat.context))
+    return chat
+
+
+def _chat_request(obj: dict[str, Any], rag: list[str], grounding: GroundingRules | None = None) -> ChatRequest:
+    """The request's parts (the RAG field already removed from `obj` and read into `rag`)."""
+    g = grounding.settings if grounding is not None else None
+    if g is not None and not g.context_field:
+        rag = []
     messages = obj.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ProtocolError("request body needs a non-empty 'messages' list")
 
     question: str | None = None
     system: list[str] = []
-    tool_passages: list[str] = []
+    passages: list[str] = []  # conversation order: system prompt documents, user-turn documents, tool results
+    found = 0  # documents found in message text (system prompts, user turns)
     tool_results = 0
     non_text = 0
     for i, msg in enumerate(messages):
@@ -201,20 +293,22 @@ def parse_chat_request(body: bytes, rag_field: str | None = "truthlens_context")
             text, other = content_text(content, f"messages[{i}].content")
             non_text += other
         if role == "user":
+            if g is not None and g.user_sections:
+                docs, text = grounding.split(text)  # type: ignore[union-attr]
+                passages += docs
+                found += len(docs)
             question = text if text.strip() else None
         elif role in _SYSTEM_ROLES:
+            if g is not None and g.system_prompt:
+                docs, text = grounding.split(text, question=False)  # type: ignore[union-attr]
+                passages += docs
+                found += len(docs)
             if text.strip():
                 system.append(text)
         elif role in _TOOL_RESULT_ROLES:
             tool_results += 1
-            if text.strip():
-                tool_passages.append(text)
-
-    upstream_body: bytes | None = None
-    rag: list[str] = []
-    if rag_field is not None and rag_field in obj:
-        rag = _rag_passages(obj.pop(rag_field), rag_field)
-        upstream_body = dump_json(obj)
+            if text.strip() and (g is None or g.tool_results):
+                passages.append(text)
 
     tools = obj.get("tools") or obj.get("functions")
     model = obj.get("model")
@@ -223,13 +317,14 @@ def parse_chat_request(body: bytes, rag_field: str | None = "truthlens_context")
         stream=obj.get("stream") is True,
         question=question,
         system_prompt="\n\n".join(system) if system else None,
-        context=tuple(tool_passages + rag),
+        context=tuple(passages + rag),
         has_tools=isinstance(tools, list) and len(tools) > 0,
         has_tool_results=tool_results > 0,
         messages_count=len(messages),
-        upstream_body=upstream_body,
+        upstream_body=None,
         non_text_parts=non_text,
         rag_documents=len(rag),
+        text_documents=found,
     )
 
 
@@ -270,9 +365,14 @@ def parse_chat_response(body: bytes) -> ChatResponse:
         reason = choice.get("finish_reason")
         reasons.append(reason if isinstance(reason, str) else None)
     rid, model = obj.get("id"), obj.get("model")
+    rid, model = (rid if isinstance(rid, str) else None), (model if isinstance(model, str) else None)
+    if may_hold_surrogates(body):  # an escaped lone surrogate must not reach tokenizers or headers
+        answers = [scrub_surrogates(a) if a is not None else None for a in answers]
+        rid = scrub_surrogates(rid) if rid is not None else None
+        model = scrub_surrogates(model) if model is not None else None
     return ChatResponse(
-        id=rid if isinstance(rid, str) else None,
-        model=model if isinstance(model, str) else None,
+        id=rid,
+        model=model,
         answers=tuple(answers),
         finish_reasons=tuple(reasons),
     )
@@ -305,9 +405,10 @@ def error_body(
     type: str = "truthlens_error",  # noqa: A002 - the OpenAI field is called `type`
     code: str | None = None,
     extra: Mapping[str, Any] | None = None,
+    param: str | None = None,
 ) -> bytes:
     """An OpenAI-style error object, so SDK clients raise a readable APIError."""
-    obj: dict[str, Any] = {"error": {"message": message, "type": type, "param": None, "code": code}}
+    obj: dict[str, Any] = {"error": {"message": message, "type": type, "param": param, "code": code}}
     if extra is not None:
         obj["truthlens"] = dict(extra)
     return dump_json(obj)

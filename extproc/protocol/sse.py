@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extproc.protocol.openai import dump_json, read_json
+from extproc.protocol.openai import dump_json, read_json, scrub_surrogates
 
 __all__ = [
     "ChatStreamAssembler",
@@ -199,9 +199,9 @@ class ChatStreamAssembler:
 
     def _meta(self, obj: dict[str, Any]) -> None:
         if self.id is None and isinstance(obj.get("id"), str):
-            self.id = obj["id"]
+            self.id = scrub_surrogates(obj["id"])
         if self.model is None and isinstance(obj.get("model"), str):
-            self.model = obj["model"]
+            self.model = scrub_surrogates(obj["model"])
         created = obj.get("created")
         if self.created is None and isinstance(created, int) and not isinstance(created, bool):
             self.created = created
@@ -226,8 +226,9 @@ class ChatStreamAssembler:
         return tuple(sorted(self._parts))
 
     def text(self, index: int) -> str | None:
+        """The choice's answer so far; an escaped lone surrogate in a delta reads as U+FFFD."""
         parts = self._parts.get(index)
-        return "".join(parts) if parts else None
+        return scrub_surrogates("".join(parts)) if parts else None
 
     def answers(self) -> tuple[str | None, ...]:
         """One entry per choice index seen, ascending; None = no content (tool calls only)."""

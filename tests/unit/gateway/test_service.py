@@ -213,11 +213,16 @@ async def test_request_body_failure_makes_the_verdict_unchecked_error(monkeypatc
         raise RuntimeError("bug")
 
     monkeypatch.setattr("extproc.gateway.exchange.parse_chat_request", boom)
-    replies = await drive(service(), [req_headers(), req_body(CHAT), resp_headers()])
+    no_rag = {k: v for k, v in CHAT.items() if k != "truthlens_context"}
+    replies = await drive(service(), [req_headers(), req_body(no_rag), resp_headers()])
     assert not replies[1].request_body.response.HasField("body_mutation")  # request went on unchanged
     h = set_headers(replies[2].response_headers.response)
     assert (h["x-truthlens-status"], h["x-truthlens-reason"]) == ("unchecked", "error")
     assert replies[2].mode_override.response_body_mode == Mode.NONE
+    # with the RAG field in the body it cannot go on unchanged (#19): refused, the stream ends
+    replies = await drive(service(), [req_headers(), req_body(CHAT), resp_headers()])
+    assert len(replies) == 2 and replies[1].immediate_response.status.code == 500
+    assert json.loads(replies[1].immediate_response.body)["error"]["param"] == "truthlens_context"
 
 
 @pytest.mark.parametrize(

@@ -207,9 +207,10 @@ def test_bodies_with_a_bom_or_another_utf_still_parse():
 
 
 def test_what_the_fast_reader_rejects_the_stdlib_still_reads():
-    """Non-standard JSON json.loads accepts (NaN, lone surrogates) parses as before."""
+    """Non-standard JSON json.loads accepts (NaN, lone surrogates) parses as before; a lone surrogate
+    becomes U+FFFD in the extracted text (#19: it crashed the tokenizer)."""
     body = b'{"model": "m", "temperature": NaN, "messages": [{"role": "user", "content": "Who? \\ud800"}]}'
-    assert parse_chat_request(body).question == "Who? \ud800"
+    assert parse_chat_request(body).question == "Who? \ufffd"
     answer = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris"}}], "x": Infinity}'
     assert parse_chat_response(answer).answers == ("Paris",)
     with pytest.raises(ProtocolError, match="not valid JSON"):
