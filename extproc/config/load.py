@@ -139,32 +139,62 @@ def check_warning_template(template: str) -> str | None:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
+    """SafeLoader whose documents are checked (`_key_errors`) before anything is constructed."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in seen:
+
+def _key_errors(root: yaml.Node | None) -> list[str]:
+    """Every mapping key that is not a scalar, and every key given twice, each with its key path.
+
+    Checked on the composed node tree, before construction: PyYAML would raise TypeError on an
+    unhashable key (`[]: 1`) and silently keep the last of two equal keys. Aliases are walked once.
+    """
+    errors: list[str] = []
+    seen_nodes: set[int] = set()
+    todo: list[tuple[yaml.Node, str]] = [(root, "")] if root is not None else []
+    while todo:
+        node, path = todo.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for key_node, value_node in node.value:
                 line = key_node.start_mark.line + 1
-                raise ConfigError([f"line {line}: expected unique keys in a mapping, got {key!r} twice"])
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictLoader.construct_mapping)
+                if not isinstance(key_node, yaml.ScalarNode):
+                    kind = "a list" if isinstance(key_node, yaml.SequenceNode) else "a mapping"
+                    errors.append(f"{path or '<root>'}: expected a string key, got {kind} as a key at line {line}")
+                    continue
+                sub = f"{path}.{key_node.value}" if path else str(key_node.value)
+                ident = (key_node.tag, key_node.value)
+                if ident in first:
+                    errors.append(f"{sub}: expected unique keys in a mapping, got {key_node.value!r} twice "
+                                  f"(lines {first[ident]} and {line})")
+                else:
+                    first[ident] = line
+                todo.append((value_node, sub))
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+    return sorted(errors)
 
 
 def _load_yaml(text: str, source: str) -> Any:
+    """Parse one YAML document; anything wrong with it is a ConfigError, never another exception."""
+    loader = _StrictLoader(text)
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (SafeLoader subclass)
-    except ConfigError as exc:
-        raise ConfigError(exc.errors, source) from None
+        node = loader.get_single_node()
+        errors = _key_errors(node)
+        if errors:
+            raise ConfigError([f"{source}: {e}" if e.startswith("<root>") else e for e in errors], source)
+        return loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError([f"{source}: expected valid YAML, got {problem}{where}"], source) from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:  # e.g. a timestamp like 2001-13-40
+        raise ConfigError([f"{source}: expected valid YAML, got {type(exc).__name__}: {exc}"], source) from None
+    finally:
+        loader.dispose()
 
 
 def _cross_checks(cfg: Config) -> list[str]:

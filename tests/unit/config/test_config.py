@@ -261,7 +261,8 @@ def test_yaml_syntax_and_duplicate_keys(tmp_path: Path) -> None:
     dup.write_text("truthlens:\n  enabled: true\n  enabled: false\n")
     with pytest.raises(ConfigError) as info:
         load_config(dup)
-    assert info.value.errors == ("line 3: expected unique keys in a mapping, got 'enabled' twice",)
+    assert info.value.errors == ("truthlens.enabled: expected unique keys in a mapping, got 'enabled' twice "
+                                 "(lines 2 and 3)",)  # the key path (#17)
     with pytest.raises(ConfigError) as info:
         load_config(tmp_path / "missing.yaml")
     assert "expected a readable file" in info.value.errors[0]
