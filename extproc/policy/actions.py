@@ -15,7 +15,7 @@ from typing import Sequence
 from extproc.config import TruthLensConfig
 from extproc.inference.api import Span
 from extproc.policy.decisions import Decision
-from extproc.policy.verdict import Status, Verdict, top_spans
+from extproc.policy.verdict import Status, Verdict, mitigation_facts, top_spans
 
 LATENCY_HEADER = "x-truthlens-latency-ms"
 STREAMING_STATUS = "streaming"  # x-truthlens-status while an SSE answer is still on its way
@@ -92,11 +92,27 @@ def response_headers(verdict: Verdict) -> Headers:
         ]
         if verdict.signals:
             out.append(("x-truthlens-signals", ",".join(verdict.signals)))
+        out += mitigation_headers(verdict)
     out += [
         ("x-truthlens-iterations", str(verdict.iterations)),
         (LATENCY_HEADER, latency_header_value(verdict.latency_ms)),
     ]
     return tuple(out)
+
+
+def mitigation_headers(verdict: Verdict) -> list[tuple[str, str]]:
+    """What standard/premium mode did: the score before it, whether a rewrite replaced the answer (and
+    why rewrites were not taken), how many verifiers answered. Nothing when no mitigation ran."""
+    out: list[tuple[str, str]] = []
+    if verdict.original_score is not None:
+        out.append(("x-truthlens-original-score", f"{verdict.original_score:.4f}"))
+    if verdict.refined is not None:
+        out.append(("x-truthlens-refined", _bool(verdict.refined)))
+        if verdict.refine_rejected:
+            out.append(("x-truthlens-refine-rejected", ",".join(verdict.refine_rejected)))
+    if verdict.verifiers is not None:
+        out.append(("x-truthlens-verifiers", f"{verdict.verifiers[0]}/{verdict.verifiers[1]}"))
+    return out
 
 
 def latency_header_value(latency_ms: float) -> str:
@@ -156,6 +172,7 @@ def block_response(
             "threshold": decision.threshold,
             "iterations": verdict.iterations,
             "signals": list(verdict.signals),
+            **mitigation_facts(verdict),
             "span_count": len(verdict.spans),
             "spans": [
                 {

@@ -33,6 +33,7 @@ class UncheckedReason(StrEnum):
     BAD_JSON = "bad_json"  # body claims JSON but does not parse
     UPSTREAM_ERROR = "upstream_error"  # upstream answered non-2xx: nothing to judge
     NO_ANSWER = "no_answer"  # a response with no assistant text (tool calls only, empty)
+    INCOMPLETE = "incomplete"  # a stream that ended with neither [DONE] nor a finish reason (cut upstream)
 
 
 class UnverifiedReason(StrEnum):
@@ -56,6 +57,11 @@ class Verdict:              # because one is built per request and frozen constr
     iterations: int = 0  # detector passes (standard mode refines and re-checks)
     latency_ms: float = 0.0  # time TruthLens added to this request
     signals: tuple[str, ...] = ()  # what the score is made of (checked only): detector, verifier, context_pmi
+    # what standard/premium mode did (None / () when it did not run)
+    original_score: float | None = None  # the score before mitigation
+    refined: bool | None = None  # standard: a rewrite replaced the answer
+    refine_rejected: tuple[str, ...] = ()  # standard: why rewrites were not taken (policy.refinement reasons)
+    verifiers: tuple[int, int] | None = None  # premium: (verifiers that answered, verifiers asked)
 
     @property
     def enabled(self) -> bool:
@@ -95,19 +101,31 @@ class Verdict:              # because one is built per request and frozen constr
         result: DetectionResult,
         iterations: int = 1,
         latency_ms: float | None = None,
+        require_spans: bool = False,
     ) -> Verdict:
-        """`detected` compares the score with the decision's threshold (thresholds.response by default)."""
+        """`detected` compares the score with the decision's threshold (thresholds.response by default);
+        with `require_spans` (premium's cross-check) it also needs at least one span."""
         return cls(
             Status.CHECKED,
             decision.mode,
             decision.name,
             score=result.score,
-            detected=result.score >= decision.threshold,
+            detected=result.score >= decision.threshold and (bool(result.spans) or not require_spans),
             spans=tuple(result.spans),
             iterations=iterations,
             latency_ms=result.latency_ms if latency_ms is None else latency_ms,
             signals=tuple(result.signals),
         )
+
+
+def cross_check_score(original: float, against: float, confirmed: bool, threshold: float) -> float:
+    """Premium's score: the lower of the detection against the documents and the one against the
+    verifiers' answers; when no span was confirmed, also just under the threshold (rounded down to
+    the header's 4 decimals), so that score, `detected` and the spans agree."""
+    score = min(original, against)
+    if not confirmed:
+        score = min(score, max((round(threshold * 10_000) - 1) / 10_000, 0.0))
+    return score
 
 
 def top_spans(spans: Sequence[Span], limit: int) -> list[Span]:
@@ -152,4 +170,18 @@ def verdict_payload(v: Verdict) -> dict[str, object]:
             {"start": s.start, "end": s.end, "text": s.text, "score": round(s.score, 4), "label": s.nli_label}
             for s in v.spans
         ]
+    out.update(mitigation_facts(v))
+    return out
+
+
+def mitigation_facts(v: Verdict) -> dict[str, object]:
+    """What standard/premium mode did, for JSON payloads (the headers say the same)."""
+    out: dict[str, object] = {}
+    if v.original_score is not None:
+        out["original_score"] = round(v.original_score, 4)
+    if v.refined is not None:
+        out["refined"] = v.refined
+        out["refine_rejected"] = list(v.refine_rejected)
+    if v.verifiers is not None:
+        out["verifiers"] = {"answered": v.verifiers[0], "asked": v.verifiers[1]}
     return out

@@ -51,6 +51,8 @@ class Metrics:
         self._n_unverified = 0
         self._n_unchecked: dict[str, int] = {}
         self._n_sentinel: dict[str, int] = {}
+        self._n_refinements: dict[str, int] = {}
+        self._n_verifier_calls: dict[tuple[str, str], int] = {}
         meter.create_observable_counter(  # -> truthlens_detections_total
             "truthlens_detections", callbacks=[self._observe_detections],
             description="Finished checks, by decision, mode and outcome",
@@ -91,11 +93,22 @@ class Metrics:
             "truthlens_sentinel_decisions", callbacks=[lambda _options: _by_label(self._n_sentinel, "by")],
             description="Prompts classified, by who decided: the lexical prefilter or the sentinel model",
         )
+        meter.create_observable_counter(  # -> truthlens_refinements_total
+            "truthlens_refinements", callbacks=[lambda _options: _by_label(self._n_refinements, "outcome")],
+            description="Standard-mode rewrites, by outcome: accepted, or why not (refusal, meta_text, artefact, "
+                        "off_topic, empty, not_better, upstream_error, timeout, error)",
+        )
+        meter.create_observable_counter(  # -> truthlens_verifier_calls_total
+            "truthlens_verifier_calls", callbacks=[self._observe_verifier_calls],
+            description="Premium-mode verifier calls, by verifier name and outcome (answered, failed)",
+        )
 
     def _observe_detections(self, _options: CallbackOptions) -> list[Observation]:
         return [Observation(n, {"decision": d, "mode": m, "detected": x})
                 for (d, m, x), n in list(self._n_detections.items())]  # list(): one atomic copy under the GIL
 
+    def _observe_verifier_calls(self, _options: CallbackOptions) -> list[Observation]:
+        return [Observation(n, {"verifier": v, "outcome": o}) for (v, o), n in list(self._n_verifier_calls.items())]
 
     def record_detection(self, decision: str | None, mode: str, detected: bool, score: float, iterations: int) -> None:
         key = (decision or DEFAULT_DECISION, mode, "true" if detected else "false")
@@ -109,6 +122,15 @@ class Metrics:
     def record_sentinel_decision(self, by: str) -> None:
         """`by`: "prefilter" (settled lexically, microseconds) or "model" (the encoder ran)."""
         self._n_sentinel[by] = self._n_sentinel.get(by, 0) + 1
+
+    def record_refinement(self, outcome: str) -> None:
+        """One standard-mode rewrite: "accepted" or the reason it was not taken."""
+        self._n_refinements[outcome] = self._n_refinements.get(outcome, 0) + 1
+
+    def record_verifier_call(self, verifier: str, answered: bool) -> None:
+        """One premium-mode verifier call: it answered usable text, or it failed (error, timeout, empty)."""
+        key = (verifier, "answered" if answered else "failed")
+        self._n_verifier_calls[key] = self._n_verifier_calls.get(key, 0) + 1
 
     def record_skipped(self) -> None:
         self._n_skipped += 1

@@ -33,6 +33,11 @@ def exercise(m: Metrics) -> None:
     m.record_unverified()
     m.record_unchecked("timeout")
     m.record_unchecked("timeout")
+    m.record_refinement("accepted")
+    m.record_refinement("refusal")
+    m.record_refinement("refusal")
+    m.record_verifier_call("verifier-a", True)
+    m.record_verifier_call("verifier-b", False)
     m.set_models([("modernbert-detector", "detector"), ("minilm-sentinel", "sentinel")])
 
 
@@ -55,6 +60,9 @@ def test_exposition_has_exact_names_and_labels() -> None:
     assert s["truthlens_unverified_total"] == [({}, 1.0)]
     assert s["truthlens_unchecked_total"] == [({"reason": "timeout"}, 2.0)]
     assert dict((l["by"], v) for l, v in s["truthlens_sentinel_decisions_total"]) == {"prefilter": 2.0, "model": 1.0}
+    assert dict((l["outcome"], v) for l, v in s["truthlens_refinements_total"]) == {"accepted": 1.0, "refusal": 2.0}
+    assert sorted((l["verifier"], l["outcome"], v) for l, v in s["truthlens_verifier_calls_total"]) == [
+        ("verifier-a", "answered", 1.0), ("verifier-b", "failed", 1.0)]
     assert sorted(s["truthlens_models_used"], key=lambda x: x[0]["role"]) == [
         ({"model": "modernbert-detector", "role": "detector"}, 1.0),
         ({"model": "minilm-sentinel", "role": "sentinel"}, 1.0),
@@ -71,6 +79,8 @@ def test_exposition_has_exact_names_and_labels() -> None:
         "truthlens_unverified_total",
         "truthlens_unchecked_total",
         "truthlens_sentinel_decisions_total",
+        "truthlens_refinements_total",
+        "truthlens_verifier_calls_total",
     }
     types = {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE")}
     assert types["truthlens_score"] == "histogram" and types["truthlens_models_used"] == "gauge"
