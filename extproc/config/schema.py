@@ -27,6 +27,8 @@ from extproc.config.values import (
     check_listen_address,
     check_name,
     check_nonblank,
+    check_regex,
+    check_tag_name,
 )
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "Config",
     "DecisionConfig",
     "ExplainerConfig",
+    "GroundingConfig",
     "InferenceConfig",
     "LightweightModeConfig",
     "LogLevel",
@@ -216,6 +219,27 @@ class ModesConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class GroundingConfig:
+    """Where grounding documents are found (extproc.protocol.grounding; docs/gateway.md#grounding)."""
+
+    system_prompt: bool = True  # documents in system/developer messages (a document layout is required)
+    user_sections: bool = True  # documents in user turns; the question is the text outside them
+    tool_results: bool = True  # role tool / function messages
+    context_field: bool = True  # the rag_context_field's documents (the field is removed upstream either way)
+    section_labels: tuple[str, ...] = _checked(
+        ("context", "documents", "document", "sources", "references", "passages", "passage",
+         "search results", "retrieved context"), check_nonblank)
+    question_labels: tuple[str, ...] = _checked(
+        ("question", "query", "q", "user question", "user query", "task", "instructions", "instruction",
+         "answer", "request"), check_nonblank)
+    tags: tuple[str, ...] = _checked(
+        ("context", "documents", "document", "sources", "source", "passages", "passage", "references",
+         "reference", "search_results", "search_result"), check_tag_name)
+    patterns: tuple[str, ...] = _checked((), check_regex)  # regexes; the document is group `doc` (else 1, else all)
+    check_when_grounded: bool = True  # a request with documents is checked whatever the sentinel says
+
+
+@dataclass(frozen=True, slots=True)
 class TruthLensConfig:
     enabled: bool = True
     default_mode: Mode = "lightweight"
@@ -227,6 +251,7 @@ class TruthLensConfig:
     inference_timeout_ms: int = _bounded(5000, 1)
     rag_context_field: str | None = "truthlens_context"
     sentinel_include_system_prompt: bool = False
+    grounding: GroundingConfig = _sub(GroundingConfig)
     models: ModelsConfig = _sub(ModelsConfig)
     thresholds: ThresholdsConfig = _sub(ThresholdsConfig)
     explainer: ExplainerConfig = _sub(ExplainerConfig)
@@ -285,6 +310,7 @@ class TruthLensPluginConfig:
     action: Action | None = None
     # the white-box signals this route may use (of those on under truthlens.signals); [] = none, no surrogate pass
     signals: tuple[Signal, ...] | None = None
+    check_when_grounded: bool | None = None  # overrides truthlens.grounding.check_when_grounded
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ _HOST_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)$")
 _DOMAIN_RE = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _TOKEN_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 header field name
+_TAG_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]*$")  # an XML-like tag name
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -71,3 +72,16 @@ def check_domain(value: str) -> str | None:
 
 def check_header_name(value: str) -> str | None:
     return None if _TOKEN_RE.match(value) else "an HTTP header name"
+
+
+def check_regex(value: str) -> str | None:
+    """A Python regular expression; the phrase carries the compiler's complaint."""
+    try:
+        re.compile(value)
+    except re.error as exc:
+        return f"a valid regular expression ({exc})"
+    return None
+
+
+def check_tag_name(value: str) -> str | None:
+    return None if _TAG_RE.match(value) else "a tag name without brackets, like documents"

@@ -3,8 +3,9 @@
 Real HTTP/1.1 over a socket (stdlib `http.server`, one thread per connection, keep-alive), so
 Envoy talks to it exactly as it would to a real LLM server. Answers are deterministic:
 
-* the demo answer repeats the first sentences of the grounding it can see (system prompt and
-  tool results) and then adds one claim that no document supports, so a detection is visible;
+* the demo answer repeats the first sentences of the grounding it can see (system prompt, tool
+  results, documents in user turns as the gateway finds them) and then adds one claim that no
+  document supports, so a detection is visible;
 * a request header `x-demo-script: NAME` selects a scripted reply instead (exact body bytes,
   status, content type, gzip, explicit chunk splits, delays) for tests that need byte control.
 
@@ -22,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from functools import cache
 from typing import Any
 
 SCRIPT_HEADER = "x-demo-script"
@@ -85,22 +87,38 @@ def _text(content: Any) -> str:
 REFINE_MARKER = "Rewrite your answer"  # TruthLens standard mode's re-ask (extproc.gateway.mitigation)
 
 
+@cache
+def _grounding_rules() -> Any:
+    """The default `truthlens.grounding` layouts: the demo sees the documents the gateway sees."""
+    from extproc.config import default_config
+    from extproc.protocol.grounding import GroundingRules, GroundingSettings
+
+    g = default_config().truthlens.grounding
+    return GroundingRules(GroundingSettings(True, True, True, True, g.section_labels, g.question_labels, g.tags,
+                                            g.patterns))
+
+
 def demo_answer(messages: list[dict[str, Any]]) -> str:
     """Deterministic answer: grounded sentences first, then the one unsupported claim.
 
     Asked to rewrite an answer (TruthLens standard mode), it behaves like a model that takes the
     correction: the grounded sentences only, without the unsupported claim.
     """
-    question = ""
+    question = last_user = ""
     grounding: list[str] = []
     for m in messages:
-        role = m.get("role")
+        role, text = m.get("role"), _text(m.get("content"))
         if role == "user":
-            question = _text(m.get("content"))
-        elif role in ("tool", "system", "function"):
-            grounding.append(_text(m.get("content")))
+            docs, question = _grounding_rules().split(text)
+            grounding += docs
+            last_user = text
+        elif role == "system":  # its documents when it has a document layout, else all of it
+            docs, _ = _grounding_rules().split(text, question=False)
+            grounding += docs or [text]
+        elif role in ("tool", "function"):
+            grounding.append(text)
     context = " ".join(g.strip() for g in grounding if g.strip())
-    refine = REFINE_MARKER in question
+    refine = REFINE_MARKER in last_user
     if context:
         sentences = re.split(r"(?<=[.!?])\s+", context)
         grounded = " ".join(sentences[:2]).strip()

@@ -148,7 +148,7 @@ class ChatExchange:
                                     "request_too_large")
             return self._request_unchecked(UncheckedReason.TOO_LARGE)
         try:
-            chat = parse_chat_request(body, rag_field)
+            chat = parse_chat_request(body, rag_field, self.rt.grounding)
         except RagFieldError as exc:
             return self._refuse(400, UncheckedReason.BAD_JSON, str(exc), exc.field, "invalid_truthlens_context")
         except ProtocolError as exc:
@@ -208,6 +208,11 @@ class ChatExchange:
     # ---- sentinel -------------------------------------------------------------------------
 
     def _start_sentinel(self) -> None:
+        if self.ctx.grounding and self._decision.check_when_grounded:
+            # Documents came with the request: the answer is checked whatever the prompt looks like
+            # (no sentinel, so no "non-factual -> skipped").
+            self._settle()
+            return
         engine = self.rt.engine
         wants_sentinel = bool(self.ctx.question) and engine.has("sentinel")
         quick = engine.prefilter_prompt(self._sentinel_prompt()) if wants_sentinel else None
@@ -223,6 +228,8 @@ class ChatExchange:
 
     def _sentinel_prompt(self) -> str:
         ctx = self.ctx
+        if ctx.grounding:  # the system prompt may hold documents: the sentinel judges the question alone
+            return ctx.question or ""
         return sentinel_prompt(ctx.question or "", ctx.system_prompt, self.tl.sentinel_include_system_prompt)
 
     async def _classify(self) -> None:

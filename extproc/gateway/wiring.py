@@ -14,6 +14,7 @@ from typing import Any
 from extproc.config import Config, model_dir
 from extproc.inference.api import Engine, NullEngine
 from extproc.policy.decisions import Policy, compile_policy
+from extproc.protocol.grounding import GroundingRules, GroundingSettings
 
 log = logging.getLogger("truthlens.wiring")
 
@@ -25,15 +26,26 @@ class GatewayRuntime:
     config: Config
     engine: Engine
     policy: Policy = field(init=False)
+    grounding: GroundingRules = field(init=False)  # where request documents are looked for
     metrics: Any = None  # extproc.telemetry.metrics.Metrics, or None in tests
     mitigator: Any = None  # extproc.gateway.mitigation.Mitigator for standard/premium modes
 
     def __post_init__(self) -> None:
         self.policy = compile_policy(self.config)
+        self.grounding = grounding_rules(self.config)
 
     @property
     def inference_timeout_s(self) -> float:
         return self.config.truthlens.inference_timeout_ms / 1000.0
+
+
+def grounding_rules(cfg: Config) -> GroundingRules:
+    """`truthlens.grounding` compiled for the protocol layer (which reads no config)."""
+    g = cfg.truthlens.grounding
+    return GroundingRules(GroundingSettings(
+        system_prompt=g.system_prompt, user_sections=g.user_sections, tool_results=g.tool_results,
+        context_field=g.context_field, section_labels=g.section_labels, question_labels=g.question_labels,
+        tags=g.tags, patterns=g.patterns))
 
 
 def build_engine(cfg: Config) -> Engine:

@@ -45,6 +45,7 @@ class Decision:
     threshold: float  # response score at or above which the answer counts as detected
     action: str  # header | warn | block | none
     signals: frozenset[str] | None = None  # white-box signals allowed here; None = all that are on globally
+    check_when_grounded: bool = True  # a request with documents skips the sentinel and is always checked
 
 
 def normalize_host(authority: str) -> str:
@@ -91,8 +92,10 @@ class _CompiledDecision:
 
 def effective_decision(tl: TruthLensConfig, d: DecisionConfig | None) -> Decision:
     """Fill unset per-decision fields from the global settings."""
+    grounded = tl.grounding.check_when_grounded
     if d is None:
-        return Decision(None, tl.enabled, tl.default_mode, tl.thresholds.response, tl.default_action)
+        return Decision(None, tl.enabled, tl.default_mode, tl.thresholds.response, tl.default_action,
+                        check_when_grounded=grounded)
     p = d.plugins.truthlens
     return Decision(
         name=d.name,
@@ -101,6 +104,7 @@ def effective_decision(tl: TruthLensConfig, d: DecisionConfig | None) -> Decisio
         threshold=tl.thresholds.response if p.threshold is None else p.threshold,
         action=tl.default_action if p.action is None else p.action,
         signals=None if p.signals is None else frozenset(p.signals),
+        check_when_grounded=grounded if p.check_when_grounded is None else p.check_when_grounded,
     )
 
 

@@ -195,6 +195,8 @@ class GroundingRules:
                     content = text[content_start:end]
             end = content_start + _close_rule(content)
             docs = _numbered_documents(text[content_start:end])
+            if lead_in and not any(d.strip() for d in docs):
+                continue  # a sentence about documents that did not come: it stays in the text
             entry = (label_start, end, docs)
             taken.append(entry)
             if not text[end:].strip():

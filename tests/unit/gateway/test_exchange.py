@@ -41,7 +41,7 @@ def test_request_headers_of_a_chat_route_keep_it_open_and_force_identity() -> No
 
 
 async def test_request_body_extracts_question_and_grounding_and_starts_the_sentinel() -> None:
-    ex, _ = exchange()
+    ex, _ = exchange({"truthlens": {"grounding": {"check_when_grounded": False}}})
     reply = ex.request_body(req_body(CHAT).request_body)
     assert ex.request_done and ex.ctx.question == "How tall is it?"
     assert ex.ctx.grounding == ("The tower is 330 metres tall.",)
@@ -51,6 +51,30 @@ async def test_request_body_extracts_question_and_grounding_and_starts_the_senti
     await ex.await_sentinel()
     assert not ex.sentinel_pending and ex.sentinel is not None and ex.sentinel.needs_check
     assert ex.early_status is None  # factual and grounded: the answer will be judged
+
+
+def test_a_grounded_request_is_checked_without_asking_the_sentinel() -> None:
+    """truthlens.grounding.check_when_grounded (default true): documents came, so the answer is checked."""
+    engine = ScriptedTestEngine()
+    ex, _ = exchange(engine=engine)
+    poem = {"model": "m", "messages": [{"role": "user", "content": "Context: Roses are red.\nQuestion: write a poem"}]}
+    ex.request_body(req_body(poem).request_body)
+    assert ex.ctx.grounding == ("Roses are red.",) and ex.ctx.question == "Question: write a poem"
+    assert not ex.sentinel_pending and ex.sentinel is None and engine.calls == []
+    assert ex.early_status is None  # not skipped: the answer will be judged
+
+
+async def test_with_documents_the_sentinel_judges_the_question_alone() -> None:
+    engine = ScriptedTestEngine()
+    ex, _ = exchange({"truthlens": {"sentinel_include_system_prompt": True,
+                                    "grounding": {"check_when_grounded": False}}}, engine=engine)
+    body = {"model": "m", "messages": [
+        {"role": "system", "content": "Answer from the documents.\n<documents>The tower is 330 m.</documents>"},
+        {"role": "user", "content": "How tall is it?"}]}
+    ex.request_body(req_body(body).request_body)
+    await ex.await_sentinel()
+    assert engine.calls == [("sentinel", "How tall is it?")]
+    assert ex.ctx.grounding == ("The tower is 330 m.",) and ex.ctx.system_prompt == "Answer from the documents."
 
 
 async def test_a_request_without_context_is_settled_before_the_answer() -> None:

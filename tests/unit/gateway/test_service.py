@@ -278,7 +278,7 @@ async def test_sentinel_runs_while_the_request_is_upstream() -> None:
 async def test_stream_aborted_before_response_cancels_the_sentinel() -> None:
     engine = ScriptedTestEngine()
     engine.sentinel_gate = asyncio.Event()  # never set: the sentinel would wait forever
-    svc = service(engine)
+    svc = service(engine, {"truthlens": {"grounding": {"check_when_grounded": False}}})  # CHAT is grounded
     seen: list[asyncio.Task] = []
 
     def sentinel_tasks() -> list[asyncio.Task]:
