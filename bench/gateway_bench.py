@@ -313,10 +313,13 @@ def auto_notes(args: argparse.Namespace) -> list[str]:
         return [*notes, "No models configured: the prompt ends `unverified` (no sentinel), so this is the "
                         "gateway's own cost (parsing, policy, verdict headers, metrics)."]
     if args.context is not None:
-        notes.append(f"Every request carries a {len(args.context)}-character `truthlens_context`: a factual prompt is "
-                     "checked against it (the upstream's fixed answer).")
+        notes.append(f"Every request carries a {len(args.context)}-character `truthlens_context`: the prompt is "
+                     "checked against it (the upstream's fixed answer) without asking the sentinel "
+                     "(`truthlens.grounding.check_when_grounded`).")
     if args.config:
         return [*notes, f"Config: `{args.config}`."]
+    if args.context is not None:
+        return notes
     from extproc.inference.prefilter import LexicalPrefilter
 
     decided, p = LexicalPrefilter.load(REPO / "models" / "sentinel").decide(args.prompt)
@@ -348,7 +351,7 @@ def main() -> int:
     p.add_argument("--prompt", default=PROMPT["messages"][0]["content"],
                    help="the user message every request sends (default: a poem request)")
     p.add_argument("--context", default=None,
-                   help="grounding passage sent as truthlens_context: factual prompts are then checked (detector, "
+                   help="grounding passage sent as truthlens_context: every prompt is then checked (detector, "
                         "verifier and, per the config, the surrogate's signals) against the upstream's fixed answer")
     p.add_argument("--note", action="append", default=[], help="a line for the report's Notes section")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "gateway.md"))
