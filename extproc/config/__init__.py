@@ -12,6 +12,7 @@ from extproc.config.load import (
     default_config,
     load_config,
     mitigation_budget_s,
+    mode_users,
     model_dir,
     modes_in_use,
     parse_config,
@@ -21,5 +22,5 @@ from extproc.config.schema import __all__ as _schema_all
 
 __all__ = [
     "WARNING_PLACEHOLDERS", "ConfigError", "check_warning_template", "config_to_dict", "config_warnings",
-    "default_config", "load_config", "mitigation_budget_s", "model_dir", "modes_in_use", "parse_config", *_schema_all,
+    "default_config", "load_config", "mitigation_budget_s", "mode_users", "model_dir", "modes_in_use", "parse_config", *_schema_all,
 ]

@@ -29,26 +29,50 @@ class ConfigError(Exception):
         super().__init__("\n".join(self.errors))
 
 
-def load_config(path: str | Path) -> Config:
-    """Read, parse and validate a YAML file; raises ConfigError naming every bad key."""
+def load_config(path: str | Path, fill: Mapping[str, Any] | None = None) -> Config:
+    """Read, parse and validate a YAML file; raises ConfigError naming every bad key.
+
+    `fill`: dotted key -> value used where the file leaves that key unset or null (what a command line
+    knows better than a default, e.g. `truthlens dev --upstream` for truthlens.modes.standard.upstream_url).
+    """
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"{source}: expected a readable file, got {exc.strerror or exc}"], source) from exc
-    return parse_config(_load_yaml(text, source), source=source)
+    return parse_config(_load_yaml(text, source), source=source, fill=fill)
 
 
-def parse_config(mapping: Mapping[str, Any] | None, source: str = "<config>") -> Config:
-    """Validate an already-parsed mapping (None = empty file = all defaults)."""
+def parse_config(mapping: Mapping[str, Any] | None, source: str = "<config>",
+                 fill: Mapping[str, Any] | None = None) -> Config:
+    """Validate an already-parsed mapping (None = empty file = all defaults); `fill` as in load_config."""
     walker = SchemaWalker()
-    cfg = walker.build(Config, {} if mapping is None else mapping, "")
+    mapping = {} if mapping is None else mapping
+    for key, value in (fill or {}).items():
+        if value is not None:
+            mapping = _filled(mapping, key.split("."), value)
+    cfg = walker.build(Config, mapping, "")
     if isinstance(cfg, Config):  # cross-field checks run even when some fields fell back to defaults
-        walker.errors.extend(_cross_checks(cfg))
+        reported = {e.partition(": ")[0] for e in walker.errors}  # a bad value fell back: say it once
+        walker.errors.extend(e for e in _cross_checks(cfg) if e.partition(": ")[0] not in reported)
     if walker.errors:
         raise ConfigError(walker.errors, source)
     assert isinstance(cfg, Config)
     return cfg
+
+
+def _filled(mapping: Any, keys: list[str], value: Any) -> Any:
+    """A copy of `mapping` with keys[0]...keys[-1] set to `value` where unset or null; anything that is
+    not a mapping on the way is left for the schema walker to report."""
+    if not isinstance(mapping, Mapping):
+        return mapping
+    head, rest = keys[0], keys[1:]
+    current = mapping.get(head)
+    if rest:
+        inner = _filled({} if current is None else current, rest, value)
+    else:
+        inner = value if current is None else current
+    return {**mapping, head: inner}
 
 
 def default_config() -> Config:
@@ -210,4 +234,24 @@ def _cross_checks(cfg: Config) -> list[str]:
     expected = check_warning_template(cfg.truthlens.warning_template)
     if expected:
         errors.append(f"truthlens.warning_template: expected {expected}, got {show_value(cfg.truthlens.warning_template)}")
+    modes = cfg.truthlens.modes
+    users = mode_users(cfg, "standard")
+    if users and modes.standard.upstream_url is None:
+        errors.append(f"truthlens.modes.standard.upstream_url: expected the URL of the LLM that standard mode re-asks "
+                      f"(standard is used by {', '.join(users)}), got null")
+    users = mode_users(cfg, "premium")
+    if users and not modes.premium.verifiers:
+        errors.append(f"truthlens.modes.premium.verifiers: expected at least one verifier "
+                      f"(premium is used by {', '.join(users)}), got []")
     return errors
+
+
+def mode_users(cfg: Config, mode: str) -> list[str]:
+    """The keys that select `mode`: truthlens.default_mode (a decision without a mode inherits it) and
+    every enabled decision's plugins.truthlens.mode."""
+    users = ["truthlens.default_mode"] if cfg.truthlens.default_mode == mode else []
+    for i, d in enumerate(cfg.decisions):
+        plugin = d.plugins.truthlens
+        if plugin.mode == mode and plugin.enabled is not False:
+            users.append(f"decisions[{i}].plugins.truthlens.mode")
+    return users

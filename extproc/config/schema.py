@@ -192,7 +192,9 @@ class LightweightModeConfig:
 @dataclass(frozen=True, slots=True)
 class StandardModeConfig:
     max_iterations: int = _bounded(2, 1)
-    upstream_url: str = _checked("http://127.0.0.1:8000", check_http_url)
+    # the LLM to re-ask; no default: a guessed address made a wrong one silent. Required when a decision
+    # (or default_mode) uses standard; `truthlens dev` / `serve --upstream-url` fill it when null.
+    upstream_url: str | None = _checked(None, check_http_url)
     timeout_ms: int = _bounded(20000, 1)  # 2 x (20 s + inference) + 5 s fits server.envoy_max_message_timeout_s
 
 
@@ -207,6 +209,7 @@ class VerifierConfig:
 @dataclass(frozen=True, slots=True)
 class PremiumModeConfig:
     max_iterations: int = _bounded(1, 1)
+    # at least one when a decision (or default_mode) uses premium
     verifiers: tuple[VerifierConfig, ...] = field(default=(), metadata={"unique_names": True})
     timeout_ms: int = _bounded(30000, 1)
 

@@ -312,3 +312,53 @@ def test_remote_inference_keys_validate_and_skip_local_model_warnings(tmp_path: 
         "truthlens.inference.retries: expected an integer >= 0, got -1",
         "truthlens.inference.load_balancing: expected one of round_robin | pick_first, got 'random'",
     ]
+
+
+VERIFIER = {"name": "v", "base_url": "https://verifier.example.com/v1", "model": "m"}
+
+
+def routed(mode: str, enabled: bool | None = None) -> dict:
+    plugin = {"mode": mode} | ({} if enabled is None else {"enabled": enabled})
+    return {"name": "r", "rules": {"conditions": [{"type": "header", "name": "x-r"}]}, "plugins": {"truthlens": plugin}}
+
+
+def test_standard_mode_needs_an_upstream_url_naming_the_key_and_who_uses_it() -> None:
+    """No default address: re-asking a guessed 127.0.0.1:8000 failed silently (#17)."""
+    assert default_config().truthlens.modes.standard.upstream_url is None
+    assert errors_of({"truthlens": {"default_mode": "standard"}}) == [
+        "truthlens.modes.standard.upstream_url: expected the URL of the LLM that standard mode re-asks "
+        "(standard is used by truthlens.default_mode), got null"]
+    (error,) = errors_of({"decisions": [routed("standard")]})
+    assert error.startswith("truthlens.modes.standard.upstream_url: ") and "decisions[0].plugins.truthlens.mode" in error
+    parse_config({"decisions": [routed("standard", enabled=False)]})  # a disabled decision never re-asks
+    ok = parse_config({"truthlens": {"default_mode": "standard", "modes": {"standard": {"upstream_url": "http://llm:8000"}}}})
+    assert ok.truthlens.modes.standard.upstream_url == "http://llm:8000"
+
+
+def test_premium_mode_needs_a_verifier_naming_the_key() -> None:
+    assert errors_of({"truthlens": {"default_mode": "premium"}}) == [
+        "truthlens.modes.premium.verifiers: expected at least one verifier "
+        "(premium is used by truthlens.default_mode), got []"]
+    (error,) = errors_of({"decisions": [routed("premium")]})
+    assert error.startswith("truthlens.modes.premium.verifiers: ")
+    parse_config({"truthlens": {"default_mode": "premium", "modes": {"premium": {"verifiers": [VERIFIER]}}}})
+
+
+def test_fill_supplies_an_unset_key_and_never_overrides_the_file(tmp_path: Path) -> None:
+    """What `truthlens dev --upstream` / `serve --upstream-url` do for truthlens.modes.standard.upstream_url."""
+    fill = {"truthlens.modes.standard.upstream_url": "http://127.0.0.1:9999"}
+    cfg = parse_config({"truthlens": {"default_mode": "standard"}}, fill=fill)
+    assert cfg.truthlens.modes.standard.upstream_url == "http://127.0.0.1:9999"
+    path = tmp_path / "tl.yaml"
+    path.write_text("truthlens:\n  default_mode: standard\n  modes:\n    standard:\n      upstream_url: http://llm:1\n")
+    assert load_config(path, fill=fill).truthlens.modes.standard.upstream_url == "http://llm:1"
+    assert parse_config(None, fill=fill).truthlens.modes.standard.upstream_url == "http://127.0.0.1:9999"
+    # a filled value is validated like one from the file
+    assert errors_of_fill({"truthlens.modes.standard.upstream_url": "localhost:1"}) == [
+        "truthlens.modes.standard.upstream_url: expected an http:// or https:// URL with a host, got 'localhost:1'"]
+
+
+def errors_of_fill(fill: dict) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config({"truthlens": {"default_mode": "standard"}}, fill=fill)
+    return list(info.value.errors)

@@ -70,7 +70,8 @@ def test_dev_envoy_rendering_takes_the_cap_from_the_config() -> None:
 def test_a_mode_slower_than_the_envoy_cap_is_warned_about() -> None:
     from extproc.config import config_warnings, parse_config
 
-    slow = parse_config({"truthlens": {"default_mode": "standard", "modes": {"standard": {"timeout_ms": 60000}}}})
+    slow = parse_config({"truthlens": {"default_mode": "standard", "modes": {"standard": {
+        "timeout_ms": 60000, "upstream_url": "http://llm:8000"}}}})
     assert any(w.startswith("truthlens.modes.standard: a mitigation may take 135 s") for w in config_warnings(slow))
     assert not any("modes." in w for w in config_warnings(default_config()))
 

@@ -130,7 +130,9 @@ def test_header_conditions_name_case_insensitive_value_exact() -> None:
 def test_per_decision_overrides_and_global_defaults() -> None:
     cfg = parse_config(
         {
-            "truthlens": {"enabled": False, "default_mode": "standard", "default_action": "warn", "thresholds": {"response": 0.7}},
+            "truthlens": {"enabled": False, "default_mode": "standard", "default_action": "warn", "thresholds": {"response": 0.7},
+                          "modes": {"standard": {"upstream_url": "http://llm:8000"},
+                                    "premium": {"verifiers": [{"name": "v", "base_url": "http://v:8000", "model": "m"}]}}},
             "decisions": [
                 decision("on", 1, [{"type": "header", "name": "x-on"}], enabled=True, mode="premium", threshold=0.2, action="block")
             ],
