@@ -155,11 +155,12 @@ def block_response(
 ) -> BlockResponse:
     """OpenAI-style error body so SDK clients raise a normal APIError carrying our details."""
     score = verdict.score or 0.0
-    name = decision.name or "default"
+    # the message names what the body's `decision` says: a decision, or none (null: the global settings)
+    source = f"decision {decision.name}" if decision.name is not None else "no decision matched: global settings"
     error = {
         "message": (
             f"TruthLens blocked this response: hallucination score {score:.2f} is at or above "
-            f"the threshold {decision.threshold:.2f} (decision {name})."
+            f"the threshold {decision.threshold:.2f} ({source})."
         ),
         "type": BLOCK_ERROR_TYPE,
         "param": None,

@@ -181,3 +181,13 @@ def test_block_response_standalone_builds_headers() -> None:
 
 def test_verdict_status_values_are_distinct() -> None:
     assert {s.value for s in Status} == {"checked", "skipped", "unverified", "unchecked", "disabled"}
+
+
+def test_block_message_and_body_agree_on_the_decision() -> None:
+    """#17: the message said "(decision default)" while the body had decision: null."""
+    verdict = Verdict(status=Status.CHECKED, mode="lightweight", score=0.9, detected=True, iterations=1)
+    error = json.loads(block_response(verdict, dec("block", name=None), 422, ()).body)["error"]
+    assert error["truthlens"]["decision"] is None
+    assert error["message"].endswith("(no decision matched: global settings).") and "default" not in error["message"]
+    named = json.loads(block_response(verdict, dec("block", name="medical"), 422, ()).body)["error"]
+    assert named["truthlens"]["decision"] == "medical" and named["message"].endswith("(decision medical).")
