@@ -26,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-address", default="127.0.0.1:9464", help="sidecar /metrics address")
     p.add_argument("--upstream", default=None, help="front this LLM base URL instead of the demo upstream")
     p.add_argument("--demo-port", type=int, default=8000, help="demo upstream port (default 8000)")
+    p.add_argument("--model", default=None,
+                   help="model name in the printed examples (default: the demo's, or the first the upstream's "
+                        "/v1/models lists)")
     p.add_argument("--envoy-bin", default=None, help="Envoy binary (default: $TRUTHLENS_ENVOY_BIN, .venv-envoy)")
     p.add_argument("--fail-closed", action="store_true", help="failure_mode_allow=false: sidecar errors become 500s")
     p.add_argument("--message-timeout", type=float, default=10.0, help="Envoy ext_proc message_timeout (s)")
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"[3/3] envoy           http://127.0.0.1:{args.listen_port}  (admin http://127.0.0.1:{args.admin_port})",
               flush=True)
-        print(usage(args.listen_port), flush=True)
+        print(usage(args.listen_port, args.model or example_model(upstream, demo is not None)), flush=True)
         while not stop.is_set():
             for p in procs:
                 if p.poll() is not None:
@@ -101,28 +104,74 @@ def run(args: argparse.Namespace) -> int:
         workdir.rmdir()
 
 
-def usage(port: int) -> str:
-    base = f"http://127.0.0.1:{port}"
-    body = ('{"model":"truthlens-demo","messages":[{"role":"user","content":"When was the Eiffel Tower built?"}],'
-            '"truthlens_context":["The Eiffel Tower was built from 1887 to 1889 in Paris."]}')
-    return f"""
-TruthLens is up. Try:
+EXAMPLE_CONTEXT = "The Eiffel Tower was built from 1887 to 1889 in Paris."
+EXAMPLE_QUESTION = "When was the Eiffel Tower built?"
+MODEL_PLACEHOLDER = "MODEL"
 
+
+def example_model(upstream: str, demo: bool) -> str:
+    """The model the printed examples name: the demo's, else the first one the upstream lists."""
+    from extproc.devtools.demo_upstream import DEMO_MODEL
+
+    if demo:
+        return DEMO_MODEL
+    return upstream_model(upstream) or MODEL_PLACEHOLDER
+
+
+def upstream_model(base_url: str, timeout_s: float = 5.0) -> str | None:
+    """The first model id of an OpenAI-compatible `GET /v1/models` (bearer $OPENAI_API_KEY when set), or None."""
+    import os
+
+    import httpx
+
+    key = os.environ.get("OPENAI_API_KEY")
+    try:
+        r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s,
+                      headers={"authorization": f"Bearer {key}"} if key else {})
+        data = r.json().get("data") if r.status_code == 200 else None
+        ids = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return next((i for i in ids if isinstance(i, str) and i), None)
+
+
+def usage(port: int, model: str) -> str:
+    """The commands `truthlens dev` prints; each works as printed (tests/e2e/test_dev_examples.py runs them).
+
+    The document rides in the user turn (`Context:` / `Question:`), so a real upstream sees it too; the
+    openai example is printed only when this interpreter can import `openai`, and names the interpreter.
+    """
+    import importlib.util
+    import json
+    import shlex
+
+    base = f"http://127.0.0.1:{port}"
+    content = f"Context: {EXAMPLE_CONTEXT}\nQuestion: {EXAMPLE_QUESTION}"
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": content}]})
+    stream = json.dumps({"model": model, "stream": True, "messages": [{"role": "user", "content": content}]})
+    note = (f"\n  (replace {MODEL_PLACEHOLDER} with a model the upstream serves, or pass --model)\n"
+            if model == MODEL_PLACEHOLDER else "")
+    text = f"""
+TruthLens is up. Try:
+{note}
   curl -si {base}/v1/chat/completions -H 'content-type: application/json' \\
-    -d '{body}'
+    -d {shlex.quote(body)}
 
   # streaming (verdict arrives as the last event before [DONE]):
   curl -sN {base}/v1/chat/completions -H 'content-type: application/json' \\
-    -d '{body[:-1]},"stream":true}}'
-
-  python -c "import openai; c=openai.OpenAI(base_url='{base}/v1', api_key='x'); \\
-r=c.chat.completions.with_raw_response.create(model='truthlens-demo', \\
-messages=[{{'role':'user','content':'When was the Eiffel Tower built?'}}], \\
-extra_body={{'truthlens_context':['The Eiffel Tower was built from 1887 to 1889 in Paris.']}}); \\
-print(r.headers.get('x-truthlens-status'), r.headers.get('x-truthlens-score'))"
-
-Ctrl-C stops all three.
+    -d {shlex.quote(stream)}
 """
+    if importlib.util.find_spec("openai") is not None:
+        q = json.dumps  # double-quoted literals: the shell quoting stays one pair of single quotes
+        code = (f"import openai; c = openai.OpenAI(base_url={q(base + '/v1')}, api_key={q('x')}); "
+                f"r = c.chat.completions.with_raw_response.create(model={q(model)}, "
+                f"messages=[{{{q('role')}: {q('user')}, {q('content')}: {q(content)}}}]); "
+                f"print(r.headers.get({q('x-truthlens-status')}), r.headers.get({q('x-truthlens-score')}))")
+        text += f"\n  {shlex.quote(sys.executable)} -c {shlex.quote(code)}\n"
+    else:
+        text += (f"\n  # the openai client: {shlex.quote(sys.executable)} -m pip install openai, "
+                 "then restart for its example\n")
+    return text + "\nCtrl-C stops all three.\n"
 
 
 def main(argv: list[str] | None = None) -> int:
