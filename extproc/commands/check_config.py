@@ -1,7 +1,9 @@
 """`truthlens check-config FILE`: validate a config without starting anything.
 
 Exit 0 and "OK: FILE" (plus warnings on stderr) when the gateway would start,
-exit 1 with every error, one per line and key path first, when it would not.
+exit 1 with every error, one per line and key path first, when it would not
+(e.g. standard mode without truthlens.modes.standard.upstream_url, premium without verifiers).
+It checks the file only: whether the LLMs it names answer is checked by `truthlens serve` at startup.
 `--print` dumps the effective config, defaults filled in, as YAML.
 """
 
@@ -19,15 +21,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the effective config (defaults filled in) as YAML to stdout",
     )
+    parser.add_argument(
+        "--upstream-url",
+        default=None,
+        help="as `truthlens serve --upstream-url`: fills truthlens.modes.standard.upstream_url where the file leaves it null",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from extproc.config import ConfigError, config_to_dict, config_warnings, load_config
+    from extproc.commands.serve import read_config
+    from extproc.config import ConfigError, config_to_dict, config_warnings
 
     try:
-        cfg = load_config(args.file)
+        cfg = read_config(args.file, args.upstream_url)
     except ConfigError as exc:
         for line in exc.errors:
             print(line, file=sys.stderr)

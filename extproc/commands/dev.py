@@ -15,6 +15,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from extproc.config import ConfigError
 from extproc.devtools.processes import terminate, wait_grpc_serving, wait_http_ok
 
 
@@ -24,7 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--admin-port", type=int, default=9901, help="Envoy admin port (default 9901)")
     p.add_argument("--grpc-address", default="127.0.0.1:50051", help="sidecar gRPC address")
     p.add_argument("--metrics-address", default="127.0.0.1:9464", help="sidecar /metrics address")
-    p.add_argument("--upstream", default=None, help="front this LLM base URL instead of the demo upstream")
+    p.add_argument("--upstream", default=None,
+                   help="front this LLM base URL instead of the demo upstream (also what standard mode re-asks, "
+                        "unless the config sets truthlens.modes.standard.upstream_url)")
     p.add_argument("--demo-port", type=int, default=8000, help="demo upstream port (default 8000)")
     p.add_argument("--model", default=None,
                    help="model name in the printed examples (default: the demo's, or the first the upstream's "
@@ -37,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from extproc.commands.serve import read_config
     from extproc.devtools.demo_upstream import start_demo_upstream
     from extproc.devtools.envoy_config import EnvoyOptions, resolve_envoy_binary, write_config
 
@@ -61,8 +65,16 @@ def run(args: argparse.Namespace) -> int:
     procs: list[subprocess.Popen[bytes]] = []
     workdir = Path(tempfile.mkdtemp(prefix="truthlens-dev-"))
     try:
+        try:  # the sidecar validates too; failing here names the key before anything else starts
+            cfg = read_config(args.config, upstream)  # as the sidecar will read it; Envoy takes its cap from it
+        except ConfigError as exc:
+            print(f"truthlens dev: invalid config {exc.source}:", file=sys.stderr)
+            for line in exc.errors:
+                print(f"  {line}", file=sys.stderr)
+            return 2
+        # standard mode re-asks the LLM that Envoy fronts, unless the config names another
         cmd = [sys.executable, "-m", "extproc.commands.serve", "--grpc-address", args.grpc_address,
-               "--metrics-address", args.metrics_address]
+               "--metrics-address", args.metrics_address, "--upstream-url", upstream]
         if args.config:
             cmd += ["--config", args.config]
         sidecar = subprocess.Popen(cmd)
@@ -76,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         opts = EnvoyOptions(listen_port=args.listen_port, admin_port=args.admin_port,
                             sidecar_address=args.grpc_address, upstream_url=upstream,
                             failure_mode_allow=not args.fail_closed, message_timeout_s=args.message_timeout,
-                            max_message_timeout_s=_max_message_timeout_s(args.config))
+                            max_message_timeout_s=cfg.server.envoy_max_message_timeout_s)
         cfg_path = write_config(opts, workdir / "envoy.yaml")
         envoy = subprocess.Popen([envoy_bin, "-c", str(cfg_path), "--log-level", args.envoy_log_level,
                                   "--disable-hot-restart", "--concurrency", "2"])
@@ -179,14 +191,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="truthlens dev", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
-
-
-def _max_message_timeout_s(config_path: str | None) -> float:
-    """Envoy's cap on the sidecar's timeout requests: the sidecar config's, so both sides agree."""
-    from extproc.config import default_config, load_config
-
-    cfg = load_config(config_path) if config_path else default_config()
-    return cfg.server.envoy_max_message_timeout_s
 
 
 if __name__ == "__main__":

@@ -22,13 +22,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "instead of the ext_proc sidecar")
     p.add_argument("--port", type=int, default=None,
                    help="listen on this port (the host of --grpc-address / server.grpc_address is kept)")
+    p.add_argument("--upstream-url", default=None,
+                   help="the LLM standard mode re-asks when the config sets no truthlens.modes.standard.upstream_url "
+                        "(truthlens dev passes the upstream it fronts)")
+
+
+STANDARD_UPSTREAM_KEY = "truthlens.modes.standard.upstream_url"
+
+
+def read_config(path: str | None, upstream_url: str | None = None):  # noqa: ANN201 - Config, imported lazily
+    """The config file (or the defaults), with `upstream_url` filling truthlens.modes.standard.upstream_url
+    where the file leaves it null; raises ConfigError naming every bad key."""
+    from extproc.config import load_config, parse_config
+
+    fill = {STANDARD_UPSTREAM_KEY: upstream_url} if upstream_url else None
+    return load_config(path, fill=fill) if path else parse_config(None, source="<defaults>", fill=fill)
 
 
 def run(args: argparse.Namespace) -> int:
-    from extproc.config import ConfigError, default_config, load_config
+    from extproc.config import ConfigError
 
     try:
-        cfg = load_config(args.config) if args.config else default_config()
+        cfg = read_config(args.config, args.upstream_url)
     except ConfigError as exc:
         print(f"truthlens serve: invalid config {exc.source}:", file=sys.stderr)
         for line in exc.errors:
@@ -75,6 +90,10 @@ async def _serve(cfg, args: argparse.Namespace, address: str) -> int:  # noqa: A
     log = logging.getLogger("truthlens.serve")
     for warning in config_warnings(cfg):
         log.warning(warning)
+    from extproc.gateway.mitigation import probe_llms
+
+    for warning in await probe_llms(cfg):  # not fatal: an LLM briefly down at deploy time must not crash-loop us
+        log.warning(warning)
     metrics = metrics_server = None
     if not args.no_metrics:
         from extproc.telemetry.metrics import Metrics, start_metrics_server
@@ -91,7 +110,7 @@ async def _serve(cfg, args: argparse.Namespace, address: str) -> int:  # noqa: A
         await start()
     if metrics is not None:
         metrics.set_models((m.name, m.role) for m in engine.models())
-    rt = GatewayRuntime(cfg, engine, metrics=metrics, mitigator=build_mitigator(cfg, engine))
+    rt = GatewayRuntime(cfg, engine, metrics=metrics, mitigator=build_mitigator(cfg, engine, metrics))
     server = SidecarServer(TruthLensService(rt), ServerOptions.from_config(cfg, address))
     roles = ",".join(r for r in ("sentinel", "detector", "explainer") if engine.has(r)) or "none"
     try:

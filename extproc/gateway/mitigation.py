@@ -1,20 +1,24 @@
 """Standard and premium modes: what happens to a buffered JSON answer that was flagged.
 
 Both run only on a finished check that detected a hallucination (`Verdict.actionable`), only
-for buffered JSON (a streamed answer has already reached the client), and only on the worst
-flagged choice. Whatever fails here (timeouts, HTTP errors, unparsable replies) leaves the
-lightweight verdict and the original answer in place, with a log line: mitigation can make an
-answer better, never make the request fail.
+for buffered JSON (a streamed answer has already reached the client: streams get the
+lightweight verdict), and only on the worst flagged choice. Whatever fails here (timeouts, HTTP
+errors, unparsable replies) leaves the original answer in place and says so in the verdict
+(headers, metrics), not only in the log: mitigation can make an answer better, never make the
+request fail, and never replace it silently.
 
 standard (self-refinement with the same LLM)
     Re-ask the upstream at `truthlens.modes.standard.upstream_url` with the original messages,
-    the flagged answer, and a user turn listing the unsupported spans and the grounding
+    the best answer so far, and a user turn listing its unsupported spans and the grounding
     passages, asking for a corrected answer that uses only the passages. The caller's
-    `authorization` / `api-key` headers are forwarded (it is the caller's LLM). The new answer
-    is re-detected; repeat up to `max_iterations` refinements or until it is below the
-    threshold. The answer in the response body is replaced by the last refinement;
-    X-TruthLens-Iterations counts detector passes (1 + refinements) and the verdict describes
-    the final answer.
+    `authorization` / `api-key` headers are forwarded (it is the caller's LLM). A rewrite
+    replaces the best answer only when `policy.refinement.rewrite_problem` finds nothing wrong
+    with it (refusal, meta-text, artefacts, off-topic) AND, re-detected, it scores strictly lower.
+    Repeat while each rewrite is taken and still at or above the threshold, up to
+    `max_iterations`; the first rewrite that is not taken (or a failed re-ask) ends the loop.
+    X-TruthLens-Iterations counts detector passes (1 + rewrites checked); x-truthlens-refined says
+    whether the answer was replaced, x-truthlens-original-score what it scored before, and
+    x-truthlens-refine-rejected why rewrites were not taken.
 
 premium (cross-check with other models)
     Ask every configured verifier (OpenAI-compatible `base_url`, `model`, key from the env var
@@ -22,26 +26,33 @@ premium (cross-check with other models)
     detector on the ORIGINAL answer with the verifiers' answers as the context. A flagged span
     is kept only if it is also flagged against the verifiers' answers (the verifiers do not
     support it either): agreement confirms it, disagreement drops it as a likely false alarm.
-    The score becomes the lower of the two detections. The answer text is not changed; the
-    decision's action then applies to the confirmed verdict. Iterations = 2 detector passes.
+    The score becomes the lower of the two detections; with no confirmed span it is also held
+    just under the threshold, so `detected` is true only with at least one confirmed span
+    (`policy.verdict.cross_check_score`). The answer text is not changed; the decision's action
+    then applies to the confirmed verdict. Iterations = 2 detector passes. x-truthlens-verifiers
+    says how many verifiers answered of those asked (a dead one shows there and in
+    truthlens_verifier_calls_total); with none answering the first verdict stands.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import time
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
-from extproc.config import Config, mitigation_budget_s
+from extproc.config import Config, mitigation_budget_s, mode_users
 from extproc.gateway.context import RequestContext
 from extproc.inference.api import DetectionResult, Engine, Span
-from extproc.policy.verdict import Verdict
+from extproc.policy.refinement import ACCEPTED, NOT_BETTER, UPSTREAM_ERROR, better, rewrite_problem
+from extproc.policy.verdict import Verdict, cross_check_score
 from extproc.protocol.openai import ProtocolError, dump_json, parse_chat_response
 from extproc.telemetry.tracing import stage
 
@@ -49,12 +60,14 @@ log = logging.getLogger("truthlens.mitigation")
 
 # Finish this long before the time asked of Envoy runs out, so the reply (not Envoy's timer) ends the message.
 DEADLINE_MARGIN_S = 1.0
+PROBE_TIMEOUT_S = 2.0  # startup reachability check of the LLMs standard/premium call
 FORWARDED_AUTH_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
 REFINE_INSTRUCTION = (
     "Some statements in your previous answer are not supported by the provided context:\n{spans}\n\n"
     "Context:\n{context}\n\n"
-    "Rewrite your answer to the original question using only information supported by the context. "
-    "If the context does not contain the information, say so. Reply with the corrected answer only."
+    "Rewrite your answer to the original question using only information supported by the context: "
+    "keep what the context supports, drop what it does not. Reply with the answer itself only, "
+    "without mentioning the context, your previous answer or these instructions."
 )
 VERIFY_INSTRUCTION = "Answer the question using only the context below.\n\nContext:\n{context}\n\nQuestion: {question}"
 
@@ -67,11 +80,44 @@ def _overlaps(a: Span, spans: tuple[Span, ...]) -> bool:
     return any(a.start < b.end and b.start < a.end for b in spans)
 
 
+async def probe_llms(cfg: Config, timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
+    """One warning per LLM the modes in use will call (standard's upstream_url, premium's verifiers) that
+    does not accept a TCP connection within `timeout_s`, naming its key. `truthlens serve` logs them at
+    startup; it does not refuse to start, since an LLM can be briefly down at deploy time and a sidecar
+    crash loop would leave every request unjudged. At run time the same failure shows per request
+    (x-truthlens-refine-rejected: upstream_error, x-truthlens-verifiers) and in the metrics."""
+    targets: list[tuple[str, str, str]] = []
+    modes = cfg.truthlens.modes
+    if mode_users(cfg, "standard") and modes.standard.upstream_url:
+        targets.append(("truthlens.modes.standard.upstream_url", modes.standard.upstream_url,
+                        "standard mode keeps every original answer (x-truthlens-refined: false)"))
+    if mode_users(cfg, "premium"):
+        targets += [(f"truthlens.modes.premium.verifiers[{i}].base_url", v.base_url,
+                     f"premium mode goes on without verifier {v.name!r} (x-truthlens-verifiers)")
+                    for i, v in enumerate(modes.premium.verifiers)]
+
+    async def one(key: str, url: str, effect: str) -> str | None:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), timeout_s)
+        except (OSError, TimeoutError) as exc:
+            return f"{key}: {url} is not reachable at startup ({type(exc).__name__}: {exc}); until it is, {effect}"
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return None
+
+    return [w for w in await asyncio.gather(*(one(*t) for t in targets)) if w]
+
+
 class Mitigator:
     """One per sidecar: an HTTP client pool and the mode settings."""
 
-    def __init__(self, cfg: Config, engine: Engine, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, cfg: Config, engine: Engine, client: httpx.AsyncClient | None = None,
+                 metrics: Any = None) -> None:
         self.engine = engine
+        self.metrics = metrics  # extproc.telemetry.metrics.Metrics or None
         self.cfg = cfg
         self.standard = cfg.truthlens.modes.standard
         self.premium = cfg.truthlens.modes.premium
@@ -93,10 +139,23 @@ class Mitigator:
         except Exception as exc:  # noqa: BLE001 - mitigation is best effort by design
             log.warning("request %s: %s mode failed (%r); keeping the lightweight verdict",
                         ctx.request_id, ctx.decision.mode, exc)
-            result = verdict, None
+            result = self._failed(ctx, verdict, "timeout" if isinstance(exc, TimeoutError) else "error"), None
         ctx.mark("mitigate", t0)
         final, new_body = result
         return replace(final, latency_ms=ctx.spent_ms), new_body
+
+    def _failed(self, ctx: RequestContext, verdict: Verdict, outcome: str) -> Verdict:
+        """The first verdict, saying that the mitigation did not finish."""
+        if ctx.decision.mode == "standard":
+            self._count_refinement(outcome)
+            return replace(verdict, original_score=verdict.score, refined=False, refine_rejected=(outcome,))
+        if ctx.decision.mode == "premium":
+            return replace(verdict, original_score=verdict.score, verifiers=(0, len(self.premium.verifiers)))
+        return verdict
+
+    def _count_refinement(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.record_refinement(outcome)
 
     async def _run(self, ctx: RequestContext, body: bytes, verdict: Verdict) -> tuple[Verdict, bytes | None]:
         if ctx.decision.mode == "standard":
@@ -114,30 +173,45 @@ class Mitigator:
         response = json.loads(body)
         pos = max(ctx.choice_results, key=lambda i: ctx.choice_results[i].score)
         choice = response["choices"][pos]
-        answer = ctx.answers[pos] or ""
-        result = ctx.choice_results[pos]
+        original = ctx.answers[pos] or ""
+        best, best_result = original, ctx.choice_results[pos]
         passes = 1
+        refined = False
+        rejected: list[str] = []
         for _ in range(self.standard.max_iterations):
-            spans = "\n".join(f"- {s.text}" for s in result.spans) or "- (the answer as a whole)"
+            spans = "\n".join(f"- {s.text}" for s in best_result.spans) or "- (the answer as a whole)"
             messages = list(request["messages"]) + [
-                {"role": "assistant", "content": answer},
+                {"role": "assistant", "content": best},
                 {"role": "user", "content": REFINE_INSTRUCTION.format(spans=spans, context=_passages(ctx.grounding))},
             ]
-            refined = await self._ask(self.standard.upstream_url, request.get("model"), messages,
-                                      self._caller_auth(ctx), self.standard.timeout_ms)
-            if refined is None:
+            try:
+                rewrite = await self._ask(self.standard.upstream_url or "", request.get("model"), messages,
+                                          self._caller_auth(ctx), self.standard.timeout_ms)
+            except httpx.HTTPError as exc:
+                log.warning("request %s: standard mode upstream %s failed: %r", ctx.request_id,
+                            self.standard.upstream_url, exc)
+                rewrite = None
+            outcome = UPSTREAM_ERROR if rewrite is None else rewrite_problem(ctx.question, original, rewrite)
+            if outcome is None:
+                result = await asyncio.wait_for(
+                    self.engine.detect(ctx.grounding, ctx.question, rewrite, ctx.decision.signals),
+                    self.detect_timeout_s)
+                passes += 1
+                outcome = ACCEPTED if better(result.score, best_result.score) else NOT_BETTER
+            self._count_refinement(outcome)
+            if outcome != ACCEPTED:  # the LLM is not helping: asking again costs time for the same reply
+                rejected.append(outcome)
                 break
-            answer = refined
-            result = await asyncio.wait_for(self.engine.detect(ctx.grounding, ctx.question, answer, ctx.decision.signals),
-                                            self.detect_timeout_s)
-            passes += 1
-            if result.score < ctx.decision.threshold:
+            best, best_result, refined = rewrite, result, True
+            if best_result.score < ctx.decision.threshold:
                 break
-        if passes == 1:
-            return verdict, None
-        choice["message"]["content"] = answer
-        ctx.choice_results[pos] = result
-        return Verdict.checked(ctx.decision, result, iterations=passes), dump_json(response)
+        facts = {"original_score": verdict.score, "refined": refined, "refine_rejected": tuple(rejected)}
+        if not refined:
+            return replace(verdict, iterations=passes, **facts), None
+        choice["message"]["content"] = best
+        ctx.choice_results[pos] = best_result
+        final = Verdict.checked(ctx.decision, best_result, iterations=passes)
+        return replace(final, **facts), dump_json(response)
 
     def _caller_auth(self, ctx: RequestContext) -> dict[str, str]:
         return {k: v for k, v in ctx.request_headers.items() if k in FORWARDED_AUTH_HEADERS}
@@ -177,21 +251,26 @@ class Mitigator:
                 log.warning("verifier %s failed: %r", v.name, exc)
                 return None
 
-        answers = [a for a in await asyncio.gather(*(one(v) for v in verifiers)) if a]
+        replies = await asyncio.gather(*(one(v) for v in verifiers))
+        if self.metrics is not None:
+            for v, reply in zip(verifiers, replies):
+                self.metrics.record_verifier_call(v.name, bool(reply))
+        answers = [a for a in replies if a]
+        facts = {"original_score": verdict.score, "verifiers": (len(answers), len(verifiers))}
         if not answers:
-            return verdict
+            log.warning("request %s: no verifier answered; keeping the lightweight verdict", ctx.request_id)
+            return replace(verdict, **facts)
         pos = max(ctx.choice_results, key=lambda i: ctx.choice_results[i].score)
         original = ctx.choice_results[pos]
-        answer_spans = original.spans
         # the same answer, judged against what the verifiers said instead of the documents
         answer_text = ctx.answers[pos] or ""
         against = await asyncio.wait_for(self.engine.detect(tuple(answers), ctx.question, answer_text),
                                          self.detect_timeout_s)
-        confirmed = tuple(s for s in answer_spans if _overlaps(s, against.spans))
-        result = DetectionResult(score=min(original.score, against.score), spans=confirmed,
-                                 latency_ms=original.latency_ms + against.latency_ms)
+        confirmed = tuple(s for s in original.spans if _overlaps(s, against.spans))
+        score = cross_check_score(original.score, against.score, bool(confirmed), ctx.decision.threshold)
+        result = DetectionResult(score=score, spans=confirmed, latency_ms=original.latency_ms + against.latency_ms)
         ctx.choice_results[pos] = result
-        return Verdict.checked(ctx.decision, result, iterations=2)
+        return replace(Verdict.checked(ctx.decision, result, iterations=2, require_spans=True), **facts)
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -81,8 +81,9 @@ def engine_settings(cfg: Config, engine_mod: Any) -> Any:
     return engine_mod.EngineSettings.from_config(cfg)
 
 
-def build_mitigator(cfg: Config, engine: Engine) -> Any:
-    """The standard/premium mode driver, or None when no decision can use those modes."""
+def build_mitigator(cfg: Config, engine: Engine, metrics: Any = None) -> Any:
+    """The standard/premium mode driver, or None when no decision can use those modes; `metrics` counts
+    its rewrites and verifier calls."""
     modes = {cfg.truthlens.default_mode} | {
         d.plugins.truthlens.mode for d in cfg.decisions if d.plugins.truthlens.mode is not None
     }
@@ -90,4 +91,4 @@ def build_mitigator(cfg: Config, engine: Engine) -> Any:
         return None
     from extproc.gateway.mitigation import Mitigator
 
-    return Mitigator(cfg, engine)
+    return Mitigator(cfg, engine, metrics=metrics)

@@ -57,3 +57,58 @@ def test_print_dumps_effective_config_that_loads_back(
     assert dumped["truthlens"]["default_action"] == "block"
     assert dumped["server"]["grpc_address"] == "127.0.0.1:50051"  # defaults filled in
     assert parse_config(dumped) == load_config(path)
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ("truthlens:\n  default_mode: standard\n", "truthlens.modes.standard.upstream_url"),
+    ("truthlens:\n  default_mode: premium\n", "truthlens.modes.premium.verifiers"),
+])
+def test_modes_without_their_llms_are_refused_naming_the_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, key: str) -> None:
+    """check-config and serve refuse what used to be a silent no-op (#17): the key comes first."""
+    path = tmp_path / "mode.yaml"
+    path.write_text(text)
+    assert run(str(path)) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"{key}: expected ") and "truthlens.default_mode" in err[0]
+    assert err[1] == f"INVALID: {path} (1 error)"
+    from extproc.commands import serve
+
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    assert serve.run(parser.parse_args(["--config", str(path)])) == 2  # before anything starts
+    err = capsys.readouterr().err
+    assert f"  {key}: expected " in err
+
+
+def test_upstream_url_fills_what_the_file_leaves_null(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`truthlens dev --upstream URL` passes the LLM it fronts as `serve --upstream-url`; check-config takes it too."""
+    path = tmp_path / "standard.yaml"
+    path.write_text("truthlens:\n  default_mode: standard\n")
+    assert run(str(path), "--upstream-url", "http://127.0.0.1:8000", "--print") == 0
+    dumped = yaml.safe_load(capsys.readouterr().out)
+    assert dumped["truthlens"]["modes"]["standard"]["upstream_url"] == "http://127.0.0.1:8000"
+
+
+async def test_serve_probes_the_llms_at_startup_and_warns_naming_the_key() -> None:
+    """Unreachable at startup is a warning, not a crash loop: the LLM may be briefly down at deploy time."""
+    import asyncio
+
+    from extproc.devtools.processes import free_port
+    from extproc.gateway.mitigation import probe_llms
+
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    live = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"
+    verifiers = [{"name": "a", "base_url": live + "/v1", "model": "m"}, {"name": "b", "base_url": dead, "model": "m"}]
+    cfg = parse_config({"truthlens": {"default_mode": "standard", "modes": {
+        "standard": {"upstream_url": dead}, "premium": {"verifiers": verifiers}}},
+        "decisions": [{"name": "p", "rules": {"conditions": [{"type": "header", "name": "x-p"}]},
+                       "plugins": {"truthlens": {"mode": "premium"}}}]})
+    warnings = await probe_llms(cfg, timeout_s=1.0)
+    assert [w.split(":")[0] for w in warnings] == [
+        "truthlens.modes.standard.upstream_url", "truthlens.modes.premium.verifiers[1].base_url"]
+    assert f"{dead} is not reachable at startup" in warnings[0] and "x-truthlens-refined: false" in warnings[0]
+    assert await probe_llms(parse_config({})) == []  # lightweight calls no LLM
+    server.close()
+    await server.wait_closed()
