@@ -104,3 +104,18 @@ def test_mitigation_facts_in_headers_and_payload() -> None:
     assert (h["x-truthlens-verifiers"], h["x-truthlens-original-score"]) == ("1/2", "0.9000")
     assert "x-truthlens-refined" not in h
     assert verdict_payload(premium)["verifiers"] == {"answered": 1, "asked": 2}
+
+
+def test_block_body_carries_the_mitigation_facts() -> None:
+    import json
+
+    from extproc.policy.actions import block_response
+
+    decision = Decision("medical", True, "standard", 0.5, "block")
+    checked = Verdict.checked(decision, DetectionResult(score=0.9, spans=(SPAN,)))
+    kept = Verdict(**{**{f: getattr(checked, f) for f in checked.__slots__}, "original_score": 0.9, "refined": False,
+                      "refine_rejected": ("refusal",)})
+    body = json.loads(block_response(kept, decision, 422).body)["error"]["truthlens"]
+    assert (body["original_score"], body["refined"], body["refine_rejected"]) == (0.9, False, ["refusal"])
+    plain = json.loads(block_response(checked, decision, 422).body)["error"]["truthlens"]
+    assert "refined" not in plain and "verifiers" not in plain
