@@ -112,3 +112,25 @@ async def test_serve_probes_the_llms_at_startup_and_warns_naming_the_key() -> No
     assert await probe_llms(parse_config({})) == []  # lightweight calls no LLM
     server.close()
     await server.wait_closed()
+
+
+def test_dev_refuses_a_mode_without_its_llms_before_starting_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`truthlens dev` fills standard's upstream_url with the LLM it fronts, but no verifier for premium."""
+    import signal
+    import subprocess
+
+    from extproc.commands import dev
+
+    started: list[object] = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))  # nothing may start
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # dev.run installs SIGINT/SIGTERM handlers
+    path = tmp_path / "premium.yaml"
+    path.write_text("truthlens:\n  default_mode: premium\n")
+    parser = argparse.ArgumentParser()
+    dev.add_arguments(parser)
+    args = parser.parse_args(["--config", str(path), "--upstream", "http://127.0.0.1:1", "--envoy-bin", "/bin/true"])
+    assert dev.run(args) == 2
+    err = capsys.readouterr().err
+    assert "  truthlens.modes.premium.verifiers: expected at least one verifier" in err
+    assert started == []
