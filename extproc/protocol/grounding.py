@@ -84,7 +84,7 @@ def _capitalised(labels: tuple[str, ...]) -> tuple[str, ...]:
 class GroundingRules:
     """`GroundingSettings` compiled once; `split(text)` is the per-message work."""
 
-    __slots__ = ("settings", "_patterns", "_tags", "_tag_names", "_labels", "_boundaries", "_markers")
+    __slots__ = ("settings", "_patterns", "_tags", "_tag_names", "_labels", "_boundaries", "_probes")
 
     def __init__(self, settings: GroundingSettings) -> None:
         self.settings = settings
@@ -122,7 +122,8 @@ class GroundingRules:
                 _Finder(re.compile(rf"\s(?:{questions_cap})[ \t]*:"), 1, guard=(":",)),
             ]
         # without one of these (and no user pattern) no layout can be present: a cheap test first
-        self._markers = ("<", "```", "[", ":", "：", "#")
+        # every section label starts with one of these words: without one, no label finder can match
+        self._probes = tuple(sorted({label.split()[0].lower() for label in settings.section_labels if label.split()}))
 
     # ---- public -------------------------------------------------------------------------------
 
@@ -131,10 +132,10 @@ class GroundingRules:
 
         `question`: the text is a user turn, whose unclosed last section may hold the question.
         """
-        if not self._patterns and not any(m in text for m in self._markers):
-            low = text.lower()
-            if "following" not in low and "below" not in low:
-                return [], text
+        if (not self._patterns and ":" not in text and "[" not in text and "<" not in text and "#" not in text
+                and "```" not in text and "：" not in text and "ollowing" not in text and "elow" not in text
+                and "OLLOWING" not in text and "ELOW" not in text):
+            return [], text  # the common prompt: no layout can be present (checked without a regex)
         taken: list[tuple[int, int, list[str]]] = []  # (start, end, documents) removed from the text
         for pattern in self._patterns:
             for m in pattern.finditer(text):
@@ -174,7 +175,8 @@ class GroundingRules:
         of the text, if any."""
         starts: list[tuple[int, int, bool]] = []  # (label start, content start, lead-in sentence)
         low = text.lower()
-        for finder in self._labels:
+        labels = self._labels if any(p in low for p in self._probes) else ()
+        for finder in labels:
             starts += [(a, b, finder.lead_in) for a, b in finder.find(text, low) if not _inside(taken, a)]
         first = next((a for a, _, n in _numbered(text) if n in ("0", "1") and not _inside(taken, a)), None)
         if first is not None and not any(s <= first for s, _, _ in starts):
