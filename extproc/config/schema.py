@@ -40,6 +40,7 @@ __all__ = [
     "DecisionConfig",
     "ExplainerConfig",
     "GroundingConfig",
+    "HoldBack",
     "InferenceConfig",
     "LightweightModeConfig",
     "LogLevel",
@@ -54,6 +55,7 @@ __all__ = [
     "ScoreMethod",
     "ServerConfig",
     "StandardModeConfig",
+    "StreamConfig",
     "TLSConfig",
     "TelemetryConfig",
     "ThresholdsConfig",
@@ -72,6 +74,7 @@ Operator = Literal["AND", "OR"]
 ConditionType = Literal["keyword", "domain", "header"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LoadBalancing = Literal["round_robin", "pick_first"]
+HoldBack = Literal["none", "sentence"]
 Signal = Literal["context_pmi", "latent_audit", "lens_emergence", "context_mmd"]  # the surrogate's white-box signals
 
 DEFAULT_WARNING_TEMPLATE = (
@@ -243,6 +246,17 @@ class GroundingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """Streamed (SSE) answers: judged sentence by sentence while they arrive."""
+
+    # none: every chunk goes on at once, the verdict closes the stream; sentence: a chunk goes on once the
+    # sentences it carries are checked (with action block, a flagged sentence ends the stream instead)
+    hold_back: HoldBack = "none"
+    # a sentence still open after this many characters is checked as it is (bounds the hold and Envoy's wait)
+    max_hold_chars: int = _bounded(600, 20)
+
+
+@dataclass(frozen=True, slots=True)
 class TruthLensConfig:
     enabled: bool = True
     default_mode: Mode = "lightweight"
@@ -255,6 +269,7 @@ class TruthLensConfig:
     rag_context_field: str | None = "truthlens_context"
     sentinel_include_system_prompt: bool = False
     grounding: GroundingConfig = _sub(GroundingConfig)
+    stream: StreamConfig = _sub(StreamConfig)
     models: ModelsConfig = _sub(ModelsConfig)
     thresholds: ThresholdsConfig = _sub(ThresholdsConfig)
     explainer: ExplainerConfig = _sub(ExplainerConfig)
@@ -314,6 +329,7 @@ class TruthLensPluginConfig:
     # the white-box signals this route may use (of those on under truthlens.signals); [] = none, no surrogate pass
     signals: tuple[Signal, ...] | None = None
     check_when_grounded: bool | None = None  # overrides truthlens.grounding.check_when_grounded
+    hold_back: HoldBack | None = None  # overrides truthlens.stream.hold_back
 
 
 @dataclass(frozen=True, slots=True)

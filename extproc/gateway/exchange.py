@@ -31,6 +31,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.gateway import replies
 from extproc.gateway.context import RequestContext
+from extproc.gateway.streaming import SseStream, StreamOutcome
 from extproc.inference.api import DetectionResult, InferenceError, ModelUnavailable, Overloaded, SentinelResult
 from extproc.inference.templates import sentinel_prompt
 from extproc.policy.actions import ActionPlan, plan_actions, streaming_headers
@@ -54,7 +55,7 @@ from extproc.protocol.openai import (
     parse_chat_response,
 )
 from extproc.protocol.paths import is_chat_path
-from extproc.protocol.sse import ChatStreamRelay, content_delta_chunk, verdict_chunk
+from extproc.protocol.sse import DONE_EVENT, ChatStreamRelay, content_delta_chunk, finish_chunk, verdict_chunk
 from extproc.telemetry.tracing import stage
 
 if TYPE_CHECKING:  # typing only: the runtime is built above this module
@@ -90,7 +91,7 @@ class ChatExchange:
 
     __slots__ = ("rt", "tl", "early_replies", "ctx", "route", "done", "request_done", "sentinel", "sentinel_task",
                  "sentinel_ms", "ungrounded_reason", "early_status", "early_reason", "content_encoding", "body_kind",
-                 "relay", "sse_done", "verdict", "rag_in_body")
+                 "stream", "verdict", "rag_in_body")
 
     def __init__(self, rt: GatewayRuntime, early_replies: replies.EarlyReplies, http: pb.HttpHeaders) -> None:
         self.rt = rt
@@ -111,8 +112,7 @@ class ChatExchange:
         self.early_reason: str | None = None
         self.content_encoding = ""
         self.body_kind = BodyKind.UNKNOWN
-        self.relay: ChatStreamRelay | None = None  # the SSE assembler while streaming
-        self.sse_done = False  # verdict event already emitted
+        self.stream: SseStream | None = None  # the streamed answer's judge (extproc.gateway.streaming)
         self.verdict: Verdict | None = None
         self.rag_in_body = False  # the request body holds the RAG field's name: it must not go upstream as is
 
@@ -279,6 +279,8 @@ class ChatExchange:
         if self.sentinel_task is not None and not self.sentinel_task.done():
             self.sentinel_task.cancel()
         self.sentinel_task = None
+        if self.stream is not None:
+            self.stream.cancel()
 
     # ---- response headers -------------------------------------------------------------------
 
@@ -319,12 +321,17 @@ class ChatExchange:
             self.body_kind = BodyKind.JSON
             return ev.response_headers_response((), spoofed)
         elif content_type == SSE_TYPE and self.content_encoding in ("", "identity"):
-            if action == "block":
+            d = self._decision
+            hold_back = d.hold_back == "sentence"
+            if action == "block" and not hold_back:
                 # Blocking needs the whole answer before the client sees any of it.
                 self.body_kind = BodyKind.BUFFERED_SSE
                 return ev.response_headers_response((), spoofed)
             self.body_kind = BodyKind.SSE
-            self.relay = ChatStreamRelay()
+            self.stream = SseStream(self._check_sentence, self._stream_closing, hold_back=hold_back,
+                                    early_stop=action == "block", threshold=d.threshold,
+                                    max_hold_chars=self.tl.stream.max_hold_chars,
+                                    max_answer_chars=self.tl.max_body_bytes)
             early = () if action == "none" else streaming_headers(self._decision)
             # STREAMED: chunks reach us as they arrive; the builder also drops content-length
             return ev.response_headers_response(early, spoofed, ev.STREAMED_RESPONSE_MODE)
@@ -341,15 +348,18 @@ class ChatExchange:
             return 0.0
         return self.rt.mitigator.budget_s(self._decision.mode)
 
-    async def response_body(self, http: pb.HttpBody) -> pb.ProcessingResponse:
+    async def response_body(self, http: pb.HttpBody) -> list[pb.ProcessingResponse]:
+        """The replies this body message lets go: one for a buffered body; for a stream, one per chunk that can
+        be answered now (none while Envoy holds the chunk for us, several when held chunks are released)."""
         kind = self.body_kind
-        if kind is BodyKind.SSE:
-            return await self._sse_chunk(http)
+        if kind is BodyKind.SSE and self.stream is not None:
+            outs = await self.stream.feed(http.body, http.end_of_stream)
+            return [ev.streamed_chunk_response(out) for out in outs]
         if kind is BodyKind.JSON:
-            return await self._json_body(http.body)
+            return [await self._json_body(http.body)]
         if kind is BodyKind.BUFFERED_SSE:
-            return await self._buffered_sse(http.body)
-        return replies.continue_reply("response_body")
+            return [await self._buffered_sse(http.body)]
+        return [replies.continue_reply("response_body")]
 
     async def _json_body(self, body: bytes) -> pb.ProcessingResponse:
         verdict, text = await self._judge_json(body)
@@ -376,7 +386,10 @@ class ChatExchange:
             reason = UncheckedReason.TOO_LARGE
         else:
             try:
-                text = decode_body(body, self.content_encoding, self.tl.max_body_bytes)
+                if self.content_encoding in ("", "identity"):
+                    text = decode_body(body, self.content_encoding, self.tl.max_body_bytes)
+                else:  # decompression is CPU work (capped, but up to max_body_bytes): off the event loop
+                    text = await asyncio.to_thread(decode_body, body, self.content_encoding, self.tl.max_body_bytes)
                 answers = parse_chat_response(text).answers
             except BodyTooLarge:
                 reason = UncheckedReason.TOO_LARGE
@@ -388,17 +401,6 @@ class ChatExchange:
             return Verdict.unchecked(self._decision, reason, latency_ms=self.ctx.spent_ms), None
         verdict, _ = await self._judge(answers)
         return verdict, text
-
-    async def _sse_chunk(self, http: pb.HttpBody) -> pb.ProcessingResponse:
-        """STREAMED: each chunk goes on at once (only an SSE block split across chunks waits for its rest)."""
-        relay, chunk = self.relay, http.body
-        if self.sse_done or relay is None:
-            return ev.streamed_chunk_response(None)  # after the verdict: anything else goes on unchanged
-        out = relay.feed(chunk)
-        if relay.done or http.end_of_stream:
-            out += relay.finish(await self._stream_tail(relay))
-            self.sse_done = True
-        return ev.streamed_chunk_response(None if out == chunk else out)
 
     async def _buffered_sse(self, body: bytes) -> pb.ProcessingResponse:
         """action=block on a stream: the whole event stream was buffered; judge, then block or annotate."""
@@ -427,6 +429,45 @@ class ChatExchange:
                 out += content_delta_chunk(indices[pos], plan.warning, id=a.id, model=a.model, created=a.created)
         return out + verdict_chunk(verdict_payload(self.verdict), id=a.id, model=a.model, created=a.created)
 
+    async def _check_sentence(self, sentence: str) -> DetectionResult:
+        """One sentence of a streamed answer (detector and verifier: the surrogate's signals need the whole
+        answer, so streams go without them), under the inference timeout."""
+        ctx = self.ctx
+        return await asyncio.wait_for(self.rt.engine.detect(ctx.grounding, ctx.question, sentence, frozenset()),
+                                      self.rt.inference_timeout_s)
+
+    def _stream_closing(self, outcome: StreamOutcome) -> bytes:
+        """The events that close a stream: [warning per flagged choice] [finish, when stopped early] verdict
+        [DONE when stopped early] (a stream that ends normally keeps its own [DONE] after them)."""
+        ctx, d, a = self.ctx, self._decision, self.stream.assembler
+        ctx.timings_ms["detect"] = ctx.timings_ms.get("detect", 0.0) + outcome.waited_ms
+        if outcome.error is not None:
+            self.verdict = Verdict.unchecked(d, self._unchecked_reason(outcome.error), latency_ms=ctx.spent_ms)
+        elif outcome.too_large:
+            self.verdict = Verdict.unchecked(d, UncheckedReason.TOO_LARGE, latency_ms=ctx.spent_ms)
+        elif outcome.cut:
+            self.verdict = Verdict.unchecked(d, UncheckedReason.INCOMPLETE, latency_ms=ctx.spent_ms)
+        elif not outcome.results:
+            self.verdict = Verdict.unchecked(d, UncheckedReason.NO_ANSWER, latency_ms=ctx.spent_ms)
+        else:
+            ctx.answers = tuple(a.text(i) for i in a.indices())
+            ctx.choice_results = outcome.results
+            self.verdict = worst_choice_verdict(d, outcome.results, ctx.spent_ms)
+        meta = {"id": a.id, "model": a.model, "created": a.created}
+        out = b""
+        if d.action != "none":
+            plan = self._plan(self.verdict)
+            if plan.warning and self.verdict.status is Status.CHECKED:
+                for i in self._flagged(outcome.results):
+                    out += content_delta_chunk(i, plan.warning, **meta)
+        if outcome.stopped:
+            out += b"".join(finish_chunk(i, "content_filter", **meta) for i in a.indices())
+        if d.action != "none" or outcome.stopped:
+            out += verdict_chunk(verdict_payload(self.verdict), **meta)
+        if outcome.stopped:
+            out += DONE_EVENT
+        return out
+
     # ---- detection --------------------------------------------------------------------------
 
     async def _judge(self, answers: Sequence[str | None]) -> tuple[Verdict, dict[int, DetectionResult]]:
@@ -444,21 +485,25 @@ class ChatExchange:
                     asyncio.gather(*(engine.detect(ctx.grounding, ctx.question, a, d.signals) for _, a in todo)),
                     self.rt.inference_timeout_s,
                 )
-        except asyncio.TimeoutError:
-            reason = UncheckedReason.TIMEOUT
-        except Overloaded:
-            reason = UncheckedReason.OVERLOADED
-        except ModelUnavailable:
-            reason = UncheckedReason.MODELS_UNAVAILABLE
         except Exception as exc:  # noqa: BLE001 - any engine failure: pass through, unchecked
-            log.warning("request %s: detection failed: %r", ctx.request_id, exc)
-            reason = UncheckedReason.ERROR
+            reason = self._unchecked_reason(exc)
         ctx.mark("detect", t0)
         if reason is not None:
             return Verdict.unchecked(d, reason, latency_ms=ctx.spent_ms), {}
         by_choice = {i: r for (i, _), r in zip(todo, results)}
         ctx.answers, ctx.choice_results = tuple(answers), by_choice
         return worst_choice_verdict(d, by_choice, ctx.spent_ms), by_choice
+
+    def _unchecked_reason(self, exc: BaseException) -> UncheckedReason:
+        """Why a detection that raised leaves the answer unchecked."""
+        if isinstance(exc, asyncio.TimeoutError):
+            return UncheckedReason.TIMEOUT
+        if isinstance(exc, Overloaded):
+            return UncheckedReason.OVERLOADED
+        if isinstance(exc, ModelUnavailable):
+            return UncheckedReason.MODELS_UNAVAILABLE
+        log.warning("request %s: detection failed: %r", self.ctx.request_id, exc)
+        return UncheckedReason.ERROR
 
     def _flagged(self, results: dict[int, DetectionResult]) -> list[int]:
         threshold = self._decision.threshold
@@ -479,6 +524,15 @@ class ChatExchange:
     def _plan(self, verdict: Verdict) -> ActionPlan:
         """The only place a verdict becomes wire actions (headers, warning, block)."""
         return plan_actions(verdict, self._decision, self.tl)
+
+    def error_replies(self, phase: str) -> list[pb.ProcessingResponse]:
+        """`error_reply` for every message still owed a reply: a stream that failed answers each chunk Envoy
+        holds for it, unchanged, and lets the rest pass (its verdict event never comes: the status header
+        said `streaming`, see docs/gateway.md)."""
+        if phase == "response_body" and self.stream is not None and not self.stream.closed:
+            log.exception("request %s: streamed body failed; passing the rest through", self.ctx.request_id)
+            return [replies.continue_reply(phase)] * max(self.stream.abandon(), 1)
+        return [self.error_reply(phase)]
 
     def error_reply(self, phase: str) -> pb.ProcessingResponse:
         """For a phase that raised (call it from the `except`): log the error, pass the body on

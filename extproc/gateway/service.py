@@ -52,20 +52,26 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
                 else:
                     try:
                         if phase == "request_body":
-                            reply = ex.request_body(req.request_body)
+                            out = [ex.request_body(req.request_body)]
                         elif phase == "response_headers":
                             if ex.sentinel_pending:
                                 await ex.await_sentinel()
-                            reply = ex.response_headers(req.response_headers)
+                            out = [ex.response_headers(req.response_headers)]
                         elif phase == "response_body":
                             budget = ex.mitigation_budget_s()
                             if budget:  # standard/premium may re-ask an LLM: ask Envoy for more time first
                                 yield ev.timeout_extension_response(budget)
-                            reply = await ex.response_body(req.response_body)
+                            # a stream's chunk may wait (Envoy holds it) or release several held ones
+                            out = await ex.response_body(req.response_body)
                         else:
-                            reply = continue_reply(phase)
+                            out = [continue_reply(phase)]
                     except Exception:  # noqa: BLE001 - the request must survive any bug of ours
-                        reply = ex.error_reply(phase)
+                        out = ex.error_replies(phase)
+                    for reply in out:
+                        yield reply
+                    if ex.done:
+                        break
+                    continue
                 yield reply
                 if ex is not None and ex.done:
                     # Envoy sends nothing more on this stream: closing it now spares both sides

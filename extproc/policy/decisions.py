@@ -46,6 +46,7 @@ class Decision:
     action: str  # header | warn | block | none
     signals: frozenset[str] | None = None  # white-box signals allowed here; None = all that are on globally
     check_when_grounded: bool = True  # a request with documents skips the sentinel and is always checked
+    hold_back: str = "none"  # streams: none | sentence (truthlens.stream.hold_back)
 
 
 def normalize_host(authority: str) -> str:
@@ -95,7 +96,7 @@ def effective_decision(tl: TruthLensConfig, d: DecisionConfig | None) -> Decisio
     grounded = tl.grounding.check_when_grounded
     if d is None:
         return Decision(None, tl.enabled, tl.default_mode, tl.thresholds.response, tl.default_action,
-                        check_when_grounded=grounded)
+                        check_when_grounded=grounded, hold_back=tl.stream.hold_back)
     p = d.plugins.truthlens
     return Decision(
         name=d.name,
@@ -105,6 +106,7 @@ def effective_decision(tl: TruthLensConfig, d: DecisionConfig | None) -> Decisio
         action=tl.default_action if p.action is None else p.action,
         signals=None if p.signals is None else frozenset(p.signals),
         check_when_grounded=grounded if p.check_when_grounded is None else p.check_when_grounded,
+        hold_back=tl.stream.hold_back if p.hold_back is None else p.hold_back,
     )
 
 

@@ -37,7 +37,9 @@ __all__ = [
     "ChatStreamRelay",
     "SSEEvent",
     "SSEParser",
+    "DONE_EVENT",
     "content_delta_chunk",
+    "finish_chunk",
     "format_event",
     "verdict_chunk",
 ]
@@ -45,6 +47,7 @@ __all__ = [
 _BOM = b"\xef\xbb\xbf"
 _LINE_BREAKS = re.compile(r"\r\n|\r|\n")
 DONE = "[DONE]"
+DONE_EVENT = b"data: [DONE]\n\n"  # what a stream ends with (the OpenAI wire form)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +86,18 @@ class SSEParser:
         return bool(self._data or self._tail or self._event is not None)
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Events completed by `chunk`. A blank line ended by a CR as the chunk's last byte waits for the
+        next chunk (an LF there belongs to it, and the event's `end` with it); an empty chunk, which Envoy
+        sends at the end of a stream, settles it as a lone CR."""
         events: list[SSEEvent] = []
         if not chunk:
+            if self._tail == b"\r":
+                self._tail = bytearray()
+                self._pos += 1
+                event = self._line(b"", self._pos)
+                if event is not None:
+                    events.append(event)
+                self._skip_lf = True
             return events
         if self._skip_lf:
             self._skip_lf = False
@@ -98,7 +111,8 @@ class SSEParser:
             return events
         data = bytes(self._tail) + chunk if self._tail else chunk
         lines = data.splitlines(keepends=True)
-        if lines and lines[-1][-1:] not in (b"\n", b"\r"):
+        if lines and (lines[-1][-1:] not in (b"\n", b"\r") or lines[-1] == b"\r"):
+            # an unterminated line, or a blank line whose CR may be the first half of a CRLF
             self._tail = bytearray(lines.pop())
         else:
             self._tail = bytearray()
@@ -152,10 +166,13 @@ class SSEParser:
 class ChatStreamAssembler:
     """The answer so far, per choice, from chat.completion.chunk events."""
 
-    __slots__ = ("_parts", "id", "model", "created", "done", "chunks", "ignored", "error", "finish_reasons", "chars")
+    __slots__ = ("_parts", "_lengths", "_dropped", "id", "model", "created", "done", "chunks", "ignored", "error",
+                 "finish_reasons", "chars")
 
     def __init__(self) -> None:
         self._parts: dict[int, list[str]] = {}
+        self._lengths: dict[int, int] = {}  # characters per choice (kept after drop_text)
+        self._dropped = False
         self.id: str | None = None
         self.model: str | None = None
         self.created: int | None = None
@@ -216,11 +233,23 @@ class ChatStreamAssembler:
         if isinstance(delta, dict):
             content = delta.get("content")
             if isinstance(content, str) and content:
-                parts.append(content)
+                if not self._dropped:
+                    parts.append(content)
+                self._lengths[index] = self._lengths.get(index, 0) + len(content)
                 self.chars += len(content)
         reason = choice.get("finish_reason")
         if isinstance(reason, str):
             self.finish_reasons[index] = reason
+
+    def text_length(self, index: int) -> int:
+        """Characters choice `index` has received so far (without joining its text)."""
+        return self._lengths.get(index, 0)
+
+    def drop_text(self) -> None:
+        """Stop keeping the answer text (a size cap was reached); lengths, metadata and [DONE] still count."""
+        self._dropped = True
+        for parts in self._parts.values():
+            parts.clear()
 
     def indices(self) -> tuple[int, ...]:
         return tuple(sorted(self._parts))
@@ -348,4 +377,17 @@ def content_delta_chunk(
 ) -> bytes:
     """An SSE event that appends `text` to choice `index` (a warning at the end of a stream)."""
     choice = {"index": index, "delta": {"content": text}, "finish_reason": None}
+    return format_event(dump_json(_chunk([choice], id, model, created)).decode("utf-8"))
+
+
+def finish_chunk(
+    index: int,
+    reason: str,
+    *,
+    id: str | None = None,  # noqa: A002
+    model: str | None = None,
+    created: int | None = None,
+) -> bytes:
+    """An SSE event that ends choice `index` with `finish_reason` (an early stop: "content_filter")."""
+    choice = {"index": index, "delta": {}, "finish_reason": reason}
     return format_event(dump_json(_chunk([choice], id, model, created)).decode("utf-8"))

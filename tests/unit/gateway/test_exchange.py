@@ -101,7 +101,7 @@ async def test_json_answer_is_judged_and_flagged() -> None:
     ex.response_headers(resp_headers().response_headers)
     assert ex.body_kind is BodyKind.JSON and not ex.done
     answer = f"It is tall. {INJECTED_CLAIM}"
-    reply = await ex.response_body(resp_body(json.dumps(completion_json(answer, "m")).encode()).response_body)
+    (reply,) = await ex.response_body(resp_body(json.dumps(completion_json(answer, "m")).encode()).response_body)
     h = set_headers(reply.response_body.response)
     assert (h["x-truthlens-status"], h["x-truthlens-detected"]) == ("checked", "true")
     assert ex.verdict.detected and 0 in ex.ctx.choice_results
@@ -115,11 +115,12 @@ async def test_sse_chunks_flow_through_and_the_last_one_carries_the_verdict() ->
     assert ex.body_kind is BodyKind.SSE
     assert reply.mode_override.response_body_mode == Mode.STREAMED
     chunks = completion_sse_chunks("The tower is 330 metres tall.", "m")
-    outs = [await ex.response_body(resp_body(c, eos=False).response_body) for c in chunks]
+    outs = [r for c in chunks for r in await ex.response_body(resp_body(c, eos=False).response_body)]
+    assert len(outs) == len(chunks)  # one reply per chunk, in order
     assert all(not o.response_body.response.HasField("body_mutation") for o in outs[:-1])  # untouched
     last = outs[-1].response_body.response.body_mutation.body
     assert b'"truthlens"' in last and last.endswith(b"data: [DONE]\n\n")
-    assert ex.sse_done and ex.verdict.status is Status.CHECKED and not ex.verdict.detected
+    assert ex.stream.closed and ex.verdict.status is Status.CHECKED and not ex.verdict.detected
 
 
 async def test_error_reply_marks_the_answer_unchecked_with_the_body_untouched() -> None:
