@@ -19,7 +19,8 @@ Layouts, tried in this order (a later one never looks inside what an earlier one
    `**Sources:**`, `Document 2:`; case-insensitive; the text may follow on the same line), a markdown
    heading (`## Documents`), a lead-in line naming one after "following" and ending in a colon or
    a full stop (`Use the following pieces of context to answer:`) or ending in "below" (`Context
-   information is below.`), or, mid-line after a sentence end, a capitalised label (`… question. Context: …`).
+   information is below.`), or, mid-line after a sentence end, a capitalised label
+   (`… question. Context: …`).
    The section runs until a `question_labels` label (`Question:`, `Query:`, at a line start or,
    capitalised, after a space), the next section, a markdown heading, an explicit layout above, or
    the end. Content framed by rule lines (`-----`) ends at the closing rule.
@@ -31,11 +32,18 @@ that paragraph ends with `?` or nothing else is left outside the documents. Text
 these layouts is not a document (a system prompt "You are a helpful assistant" stays a system
 prompt). Documents keep their text as written, stripped of surrounding whitespace; empty ones are
 dropped.
+
+Any input costs linear time: tags pair on a stack, fences pair line by line, sections end at the
+next limit found by bisection; a message with more than MAX_MARKS layout marks of one kind (tags,
+fence lines, labels, entries) is left whole instead of being split into that many parts.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["GroundingRules", "GroundingSettings", "TEXT_FENCE_INFO"]
@@ -44,7 +52,7 @@ TEXT_FENCE_INFO = frozenset({"", "text", "txt", "markdown", "md", "plain", "cont
                              "source", "sources"})
 
 _RULE_LINE = re.compile(r"^[ \t]*(?:-{3,}|={3,}|_{3,}|\*{3,})[ \t]*$", re.MULTILINE)
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)
+_FENCE_LINE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)([^\n]*)$", re.MULTILINE)
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _NUMBERED_BODY = r"[ \t]*\[(?:(?:doc(?:ument)?|source|passage)[ \t]*)?(\d{1,3})\][ \t]*[:.)-]?[ \t]*"
 _NUMBERED_FIRST = re.compile(_NUMBERED_BODY, re.IGNORECASE)
@@ -91,8 +99,9 @@ class GroundingRules:
         self._patterns = tuple(re.compile(p) for p in settings.patterns)
         tags = sorted({t.lower() for t in settings.tags}, key=len, reverse=True)
         self._tag_names = frozenset(tags)
-        self._tags = re.compile(r"<(" + "|".join(re.escape(t) for t in tags) + r")(?:\s[^<>]*)?>(.*?)</\1\s*>",
-                                re.IGNORECASE | re.DOTALL) if tags else None
+        # one linear scan for every opening and closing tag (attributes bounded); pairs are matched on a stack
+        self._tags = re.compile(r"<(/?)(" + "|".join(re.escape(t) for t in tags) + r")(?:\s[^<>]{0,1000})?>",
+                                re.IGNORECASE) if tags else None
         docs = _alternatives(settings.section_labels)
         docs_cap = _alternatives(_capitalised(settings.section_labels))
         questions = _alternatives(settings.question_labels)
@@ -136,59 +145,88 @@ class GroundingRules:
                 and "```" not in text and "：" not in text and "ollowing" not in text and "elow" not in text
                 and "OLLOWING" not in text and "ELOW" not in text):
             return [], text  # the common prompt: no layout can be present (checked without a regex)
-        taken: list[tuple[int, int, list[str]]] = []  # (start, end, documents) removed from the text
-        for pattern in self._patterns:
-            for m in pattern.finditer(text):
-                if m.end() > m.start() and not _overlaps(taken, m.start(), m.end()):
-                    taken.append((m.start(), m.end(), [_doc_group(m)]))
-        if self._tags is not None and "<" in text:
-            for m in self._tags.finditer(text):
-                if not _overlaps(taken, m.start(), m.end()):
-                    taken.append((m.start(), m.end(), self._tag_documents(m.group(2))))
-        if "```" in text:
-            for m in _FENCE.finditer(text):
-                if m.group(1).lower() in TEXT_FENCE_INFO and not _overlaps(taken, m.start(), m.end()):
-                    taken.append((m.start(), m.end(), [m.group(2)]))
-        open_end = self._sections(text, taken)
-        if not any(d.strip() for t in taken for d in t[2]):
+        try:
+            return self._split(text, question)
+        except _TooMany:  # not a prompt anyone writes: left whole rather than parsed at length
             return [], text
-        taken.sort(key=lambda t: t[0])
-        rest, docs_out = self._assemble(text, taken)
+
+    def _split(self, text: str, question: bool) -> tuple[list[str], str]:
+        taken = _Taken()  # (start, end, documents) removed from the text, kept sorted
+        for pattern in self._patterns:
+            for m in _limited(pattern.finditer(text)):
+                if m.end() > m.start():
+                    taken.add(m.start(), m.end(), [_doc_group(m)])
+        if self._tags is not None and "<" in text:
+            for start, end, docs in self._tag_regions(text):
+                taken.add(start, end, docs)
+        if "```" in text:
+            for start, end, docs in _fenced_regions(text):
+                taken.add(start, end, docs)
+        open_end = self._sections(text, taken)
+        regions = taken.regions
+        if not any(d.strip() for t in regions for d in t[2]):
+            return [], text
+        rest, docs_out = self._assemble(text, regions)
         if open_end is not None and question:
-            docs_out, rest = self._give_back_question(taken, taken.index(open_end), rest)
+            docs_out, rest = self._give_back_question(regions, regions.index(open_end), rest)
         return [d for d in (s.strip() for s in docs_out) if d], _fold(rest)
 
     # ---- layouts ------------------------------------------------------------------------------
 
-    def _tag_documents(self, content: str) -> list[str]:
-        """One document per child tag when the content is only listed tags; else the content."""
+    def _tag_regions(self, text: str) -> list[tuple[int, int, list[str]]]:
+        """Outermost listed tags: one document per child tag when the content is only such children, else
+        the content. Linear: one scan, pairs matched on a stack (an unclosed tag is ignored)."""
         assert self._tags is not None
-        children = list(self._tags.finditer(content))
-        if children:
-            outside = self._tags.sub("", content)
-            if not outside.strip():
-                return [c.group(2) for c in children]
-        return [content]
+        out: list[tuple[int, int, list[str]]] = []
+        # frame: [name, tag start, content start, children (start, end, content start, content end)]
+        stack: list[tuple[str, int, int, list[tuple[int, int, int, int]]]] = []
+        for m in _limited(self._tags.finditer(text)):
+            name = m.group(2).lower()
+            if not m.group(1):
+                stack.append((name, m.start(), m.end(), []))
+                continue
+            at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == name), None)
+            if at is None:
+                continue  # a closing tag nothing opened
+            _, start, content_start, children = stack[at]
+            del stack[at:]  # tags opened inside and never closed are dropped
+            if stack:
+                stack[-1][3].append((start, m.end(), content_start, m.start()))
+                continue
+            outside, pos = [], content_start
+            for c_start, c_end, _, _ in children:
+                outside.append(text[pos:c_start])
+                pos = c_end
+            outside.append(text[pos:m.start()])
+            if children and not "".join(outside).strip():
+                out.append((start, m.end(), [text[a:b] for _, _, a, b in children]))
+            else:
+                out.append((start, m.end(), [text[content_start:m.start()]]))
+        return out
 
-    def _sections(self, text: str, taken: list[tuple[int, int, list[str]]]) -> tuple[int, int, list[str]] | None:
+    def _sections(self, text: str, taken: _Taken) -> tuple[int, int, list[str]] | None:
         """Labelled sections and numbered sources, appended to `taken`; the one that ran to the end
         of the text, if any."""
         starts: list[tuple[int, int, bool]] = []  # (label start, content start, lead-in sentence)
         low = text.lower()
         labels = self._labels if any(p in low for p in self._probes) else ()
         for finder in labels:
-            starts += [(a, b, finder.lead_in) for a, b in finder.find(text, low) if not _inside(taken, a)]
-        first = next((a for a, _, n in _numbered(text) if n in ("0", "1") and not _inside(taken, a)), None)
+            starts += [(a, b, finder.lead_in) for a, b in finder.find(text, low) if not taken.inside(a)]
+        first = next((a for a, _, n in _numbered(text) if n in ("0", "1") and not taken.inside(a)), None)
         if first is not None and not any(s <= first for s, _, _ in starts):
             starts.append((first, first, False))  # a bare numbered list: its own section
         if not starts:
             return None
         starts.sort()
-        boundaries = [a for f in self._boundaries for a, _ in f.find(text, low) if not _inside(taken, a)]
-        limits = sorted([s for s, _, _ in starts] + boundaries + [t[0] for t in taken] + [len(text)])
+        boundaries = [a for f in self._boundaries for a, _ in f.find(text, low) if not taken.inside(a)]
+        limits = sorted([s for s, _, _ in starts] + boundaries + [t[0] for t in taken.regions] + [len(text)])
+        blank_from = len(text.rstrip())  # a section ending at or after this runs to the end
         open_end: tuple[int, int, list[str]] | None = None
         for label_start, content_start, lead_in in starts:
-            end = next(x for x in limits if x > label_start and x >= content_start)
+            # the first limit after the label that is not before the content
+            i = bisect.bisect_left(limits, content_start) if content_start > label_start \
+                else bisect.bisect_right(limits, label_start)
+            end = limits[i]
             content = text[content_start:end]
             if lead_in:  # `Use the following context. If unsure, say so.\n-----\n<context>`: framing out
                 rule = _RULE_LINE.search(content)
@@ -200,8 +238,8 @@ class GroundingRules:
             if lead_in and not any(d.strip() for d in docs):
                 continue  # a sentence about documents that did not come: it stays in the text
             entry = (label_start, end, docs)
-            taken.append(entry)
-            if not text[end:].strip():
+            taken.add(*entry)
+            if end >= blank_from:
                 open_end = entry
         return open_end
 
@@ -213,21 +251,21 @@ class GroundingRules:
         if not docs:
             return documents, rest
         last = docs[-1].rstrip()
-        breaks = list(_PARAGRAPH_BREAK.finditer(last))
-        if not breaks:
+        paragraphs = _PARAGRAPH_BREAK.split(last)
+        if len(paragraphs) < 2:
             return documents, rest
-        tail = last[breaks[-1].end():].strip()
+        tail = paragraphs[-1].strip()
         if not tail or not (tail.endswith("?") or not rest.strip()):
             return documents, rest
         docs_before = [d for t in taken[:index] for d in t[2]]
-        kept = docs[:-1] + [last[:breaks[-1].start()]]
+        kept = docs[:-1] + [last[:len(last) - len(paragraphs[-1])].rstrip()]
         return docs_before + kept + [d for t in taken[index + 1:] for d in t[2]], f"{rest}\n\n{tail}"
 
     @staticmethod
     def _assemble(text: str, taken: list[tuple[int, int, list[str]]]) -> tuple[str, list[str]]:
         pieces, documents, pos = [], [], 0
         for start, end, docs in taken:
-            if start < pos:  # nested in a section already taken (cannot happen after _inside checks)
+            if start < pos:  # overlapping regions are refused by _Taken.add: never true
                 continue
             pieces.append(text[pos:start])
             documents += docs
@@ -264,7 +302,7 @@ class _Finder:
             m = self.first.match(text)
             if m is not None:
                 out.append((0, m.end()))
-        out += [(m.start() + self.skip, m.end()) for m in self.regex.finditer(text)]
+        out += [(m.start() + self.skip, m.end()) for m in _limited(self.regex.finditer(text))]
         return out
 
 
@@ -274,17 +312,59 @@ def _doc_group(m: re.Match[str]) -> str:
     return (m.group(1) or "") if m.re.groups else m.group(0)
 
 
-def _overlaps(taken: list[tuple[int, int, list[str]]], start: int, end: int) -> bool:
-    return any(start < e and s < end for s, e, _ in taken)
+MAX_MARKS = 2000  # layout marks (tags, fence lines, labels, entries) one message may hold before it is left whole
 
 
-def _inside(taken: list[tuple[int, int, list[str]]], pos: int) -> bool:
-    return any(s <= pos < e for s, e, _ in taken)
+class _TooMany(Exception):
+    """More layout marks than MAX_MARKS: the text is left whole (bounded work for any input)."""
+
+
+def _limited(matches: Iterator[re.Match[str]]) -> Iterator[re.Match[str]]:
+    for count, m in enumerate(matches):
+        if count >= MAX_MARKS:
+            raise _TooMany
+        yield m
+
+
+class _Taken:
+    """Disjoint regions (start, end, documents) sorted by start; `add` refuses one that overlaps."""
+
+    __slots__ = ("regions", "_starts")
+
+    def __init__(self) -> None:
+        self.regions: list[tuple[int, int, list[str]]] = []
+        self._starts: list[int] = []
+
+    def inside(self, pos: int) -> bool:
+        i = bisect.bisect_right(self._starts, pos) - 1
+        return i >= 0 and pos < self.regions[i][1]
+
+    def add(self, start: int, end: int, docs: list[str]) -> bool:
+        i = bisect.bisect_left(self._starts, start)
+        if (i > 0 and self.regions[i - 1][1] > start) or (i < len(self._starts) and self._starts[i] < end):
+            return False
+        self._starts.insert(i, start)
+        self.regions.insert(i, (start, end, docs))
+        return True
+
+
+def _fenced_regions(text: str) -> list[tuple[int, int, list[str]]]:
+    """Text-like fenced blocks: a fence line opens, the next bare fence line closes (linear, one scan)."""
+    out: list[tuple[int, int, list[str]]] = []
+    opened: re.Match[str] | None = None
+    for m in _limited(_FENCE_LINE.finditer(text)):
+        if opened is None:
+            opened = m
+        elif not m.group(1) and not m.group(2).strip():
+            if opened.group(1).lower() in TEXT_FENCE_INFO:
+                out.append((opened.start(), m.end(), [text[opened.end() + 1:m.start()]]))
+            opened = None
+    return out
 
 
 def _close_rule(content: str) -> int:
     """Content framed by rule lines ends at the closing rule (kept out of the document)."""
-    rules = list(_RULE_LINE.finditer(content))
+    rules = list(itertools.islice(_RULE_LINE.finditer(content), 2))
     if rules and not content[:rules[0].start()].strip() and len(rules) >= 2:
         return rules[1].end()
     return len(content)
@@ -296,7 +376,7 @@ def _numbered(text: str) -> list[tuple[int, int, str]]:
         return []
     m = _NUMBERED_FIRST.match(text)
     out = [(0, m.end(), m.group(1))] if m is not None else []
-    return out + [(m.start() + 1, m.end(), m.group(1)) for m in _NUMBERED_NL.finditer(text)]
+    return out + [(m.start() + 1, m.end(), m.group(1)) for m in _limited(_NUMBERED_NL.finditer(text))]
 
 
 def _numbered_documents(content: str) -> list[str]:

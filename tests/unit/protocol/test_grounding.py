@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 import timeit
 
 import pytest
 
 from extproc.config import default_config
-from extproc.protocol.grounding import GroundingRules, GroundingSettings
+from extproc.protocol.grounding import MAX_MARKS, GroundingRules, GroundingSettings
 from extproc.protocol.openai import parse_chat_request
 
 
@@ -163,3 +164,29 @@ def test_a_plain_system_prompt_is_not_grounding() -> None:
                                    {"role": "user", "content": "How tall is the Eiffel Tower?"}]), grounding=RULES)
     assert not req.grounded and req.system_prompt == "You are a helpful assistant."
     assert req.question == "How tall is the Eiffel Tower?"
+
+
+@pytest.mark.parametrize("unit", ["<context>", "<document a", "```python\n", "Context: x\n", "[1] x\n", "</documents>",
+                                  "Use the following context:\n", ". Context: x", "Context is below.\n", "-----\n"])
+def test_hostile_text_costs_linear_time_and_bounded_work(unit: str) -> None:
+    """4 MB of one layout mark repeated (unclosed tags, fences, labels...): linear scans, and past
+    MAX_MARKS marks the message is left whole instead of being parsed into hundreds of thousands of parts."""
+    text = unit * (4 * 1024 * 1024 // len(unit))
+    t0 = time.perf_counter()
+    documents, question = RULES.split(text)
+    assert time.perf_counter() - t0 < 2.0  # ~0.1 s measured; quadratic would be hours
+    assert documents == [] and question == text
+
+
+def test_many_documents_below_the_mark_limit_are_all_found() -> None:
+    text = "".join(f"<document>fact {i}.</document>\n" for i in range(MAX_MARKS // 2 - 1)) + "Which fact?"
+    documents, question = RULES.split(text)
+    assert len(documents) == MAX_MARKS // 2 - 1 and question == "Which fact?"
+
+
+def test_nested_and_stray_tags_pair_on_a_stack() -> None:
+    assert RULES.split("</document> <documents><document>a</document> <document>b</document></documents> q?") == (
+        ["a", "b"], "</document>\nq?")
+    assert RULES.split("<context>outer <context>inner</context> tail</context> q?") == (
+        ["outer <context>inner</context> tail"], "q?")
+    assert RULES.split("<context>never closed q?") == ([], "<context>never closed q?")
