@@ -66,8 +66,8 @@ def render(opts: EnvoyOptions) -> dict[str, Any]:
         ext["typed_config"]["message_timeout"] = f"{opts.message_timeout_s:g}s"
         if opts.max_message_timeout_s is not None:
             ext["typed_config"]["max_message_timeout"] = f"{opts.max_message_timeout_s:g}s"
-    else:
-        filters.remove(ext)
+    else:  # bare Envoy: nothing of TruthLens (nor its forged-verdict header filter)
+        filters[:] = [f for f in filters if f is not ext and f["name"] != "envoy.filters.http.header_mutation"]
 
     clusters = {c["name"]: c for c in cfg["static_resources"]["clusters"]}
     if opts.sidecar_address.startswith("unix:"):

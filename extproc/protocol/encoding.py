@@ -10,8 +10,10 @@ Upstream is asked for ``accept-encoding: identity``, so this is the fallback for
 compress anyway. On any ``EncodingError`` the gateway marks the response unchecked and passes
 the original bytes through untouched. If it judges a decoded body and rewrites it, it sends
 the decoded bytes and removes ``content-encoding``. ``br`` works only when a Brotli module
-(``brotli`` or ``brotlicffi``) is already installed (nothing is added for it), and its size cap
-is checked after one-shot decoding.
+(``brotli`` or ``brotlicffi``) is already installed (nothing is added for it). Every coding is
+decoded incrementally and stops at the size cap (brotli >= 1.2 bounds its own output buffer;
+older modules are fed 64-byte slices). Decoding is CPU work: the gateway runs it in a worker
+thread (``asyncio.to_thread``), never on the event loop.
 """
 
 from __future__ import annotations
@@ -91,16 +93,37 @@ def _inflate(data: bytes, wbits: int, limit: int, name: str) -> bytes:
             return bytes(out)
 
 
+_BROTLI_SLICE = 64  # input bytes per step where the module cannot bound its output itself
+
+
 def _brotli(data: bytes, limit: int) -> bytes:
+    """Incremental: never holds much more than `limit` decoded bytes (a 1.6 kB body can expand to GBs)."""
     if _BROTLI is None:
         raise UnsupportedEncoding("content-encoding br needs the brotli module, which is not installed")
+    dec = _BROTLI.Decompressor()
+    out = bytearray()
+    too_large = BodyTooLarge(f"decoded br body exceeds {limit} bytes")
     try:
-        out = _BROTLI.decompress(data)  # one-shot API: the cap is checked after decoding
+        try:  # brotli >= 1.2: the output buffer itself stops at the cap
+            out += dec.process(data, output_buffer_limit=limit + 1)
+            while len(out) <= limit and not dec.can_accept_more_data():
+                out += dec.process(b"", output_buffer_limit=limit + 1 - len(out))
+        except TypeError:  # older brotli, brotlicffi: feed small slices, check the cap after each
+            step = getattr(dec, "process", None) or dec.decompress
+            for i in range(len(out), len(data), _BROTLI_SLICE):
+                out += step(data[i:i + _BROTLI_SLICE])
+                if len(out) > limit:
+                    raise too_large from None
+        finished = dec.is_finished()
+    except BodyTooLarge:
+        raise
     except Exception as exc:  # brotli raises its own error types
         raise CorruptBody(f"br body is corrupt: {exc}") from None
     if len(out) > limit:
-        raise BodyTooLarge(f"decoded br body exceeds {limit} bytes")
-    return out
+        raise too_large
+    if not finished:
+        raise CorruptBody("br body is truncated")
+    return bytes(out)
 
 
 def _decode_one(data: bytes, coding: str, limit: int) -> bytes:

@@ -81,10 +81,14 @@ def test_production_per_route_overrides() -> None:
     per_route = {name: r.get("typed_per_filter_config", {}).get(EXT_PROC) for name, (_, r) in routes.items()}
     # judged routes: chat completions only, each with a request body limit
     judged = {n for n, p in per_route.items() if not (p and p.get("disabled"))}
-    assert judged == {"clinical_chat", "chat_completions_sse", "chat_completions"}
+    assert judged == {"clinical_chat", "chat_completions_sse", "chat_completions", "clinical_chat_spellings",
+                      "chat_spellings"}
     for name in judged:
-        assert routes[name][1]["match"]["path"] == "/v1/chat/completions"
+        match = routes[name][1]["match"]
+        # other spellings of the chat path reach the sidecar, which judges them (#19)
+        assert match.get("path") == "/v1/chat/completions" or match["safe_regex"]["regex"] == "(?i).*(completions|%).*"
         assert routes[name][1]["request_body_buffer_limit"] == 16 * 1024 * 1024
+    assert per_route["clinical_chat_spellings"]["overrides"]["failure_mode_allow"] is False
     # everything else (catch-alls) is explicitly disabled
     assert per_route["not_judged"] == {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
@@ -96,3 +100,16 @@ def test_production_per_route_overrides() -> None:
     # route order matters: the SSE match must come before the plain chat route in its vhost
     names = [n for n, (vh, _) in routes.items() if vh == "llm"]
     assert names.index("chat_completions_sse") < names.index("chat_completions") < names.index("not_judged")
+
+
+def test_production_normalizes_paths_and_drops_upstream_verdict_headers() -> None:
+    """#19: dot segments and // are resolved before routing; x-truthlens-* from the upstream never reach
+    the client on any route (the header_mutation filter runs on responses before ext_proc adds the real ones)."""
+    cfg = _production()
+    for listener in cfg["static_resources"]["listeners"][:2]:
+        hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        assert hcm["normalize_path"] is True and hcm["merge_slashes"] is True
+        names = [f["name"] for f in hcm["http_filters"]]
+        assert names == ["envoy.filters.http.ext_proc", "envoy.filters.http.header_mutation", "envoy.filters.http.router"]
+        mutation = hcm["http_filters"][1]["typed_config"]["mutations"]["response_mutations"]
+        assert mutation == [{"remove_on_match": {"key_matcher": {"prefix": "x-truthlens-"}}}]

@@ -104,9 +104,9 @@ def test_unmutated_body_arrives_byte_identical(gateway: Gateway) -> None:
         (Script(body=b'{"choices": [', content_type="application/json"), "bad_json"),
         (Script(body=b"plain words, not JSON", content_type="text/plain"), "unsupported_content"),
         (Script(status=503, body=b'{"error":{"message":"busy"}}'), "upstream_error"),
-        (Script(body=b"\x1f\x8b garbage", headers={"content-encoding": "br"}), "unsupported_content"),
+        (Script(body=b"\x1f\x8b garbage", headers={"content-encoding": "compress"}), "unsupported_content"),
     ],
-    ids=["bad-json", "text-plain", "status-503", "brotli"],
+    ids=["bad-json", "text-plain", "status-503", "unknown-coding"],
 )
 def test_unjudgeable_responses_pass_through_byte_identical(gateway: Gateway, script: Script, reason: str) -> None:
     gateway.upstream.scripts["unjudgeable"] = script
@@ -240,3 +240,75 @@ def test_standard_mode_refines_through_envoy(gateway: Gateway) -> None:
     assert r.headers["x-truthlens-iterations"] == "2"
     assert r.headers["x-truthlens-detected"] == "false"
     assert int(r.headers["content-length"]) == len(r.content)
+
+
+# ---- hostile input through Envoy (#19) ---------------------------------------------------------
+
+FORGED = {"x-truthlens-status": "checked", "x-truthlens-score": "0.0000", "x-truthlens-detected": "false",
+          "x-truthlens-anything": "x"}
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/v1/models"), ("POST", "/v1/embeddings"),
+                                              ("GET", "/v1/chat/completions")])
+def test_forged_verdict_headers_never_reach_the_client_on_non_chat_routes(gateway: Gateway, method: str,
+                                                                          path: str) -> None:
+    """An upstream answering a route the sidecar does not judge could set x-truthlens-status: checked."""
+    gateway.upstream.scripts["forged"] = Script(body=b'{"object":"list","data":[]}', headers=FORGED)
+    r = httpx.request(method, gateway.base_url + path, headers={"x-demo-script": "forged"}, timeout=30)
+    assert r.status_code == 200 and r.content == b'{"object":"list","data":[]}'
+    assert truthlens_headers(r) == {}
+
+
+def test_forged_verdict_headers_on_the_chat_route_give_way_to_the_real_verdict(gateway: Gateway) -> None:
+    gateway.upstream.scripts["forged-chat"] = Script(body=json.dumps(completion_json("It is in Oslo.", "m")).encode(),
+                                                     headers=FORGED)
+    r = post(gateway, chat("Where is the tower?"), headers={"x-demo-script": "forged-chat"})
+    h = truthlens_headers(r)
+    assert h["x-truthlens-status"] == "checked" and h["x-truthlens-detected"] == "true"
+    assert "x-truthlens-anything" not in h
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/chat/./completions", "/v1/chat%2Fcompletions", "/v1/chat/completions;x", "/V1/CHAT/COMPLETIONS",
+    "/v1//chat/completions", "/v1/models/../chat/completions", "/v1/%63hat/completions", "/v1/chat/completions/",
+])
+def test_every_spelling_of_the_chat_path_is_judged_through_envoy(gateway: Gateway, path: str) -> None:
+    """5 of 8 such paths passed with no verdict and with the RAG field (#19)."""
+    gateway.upstream.scripts["variant"] = Script(body=json.dumps(completion_json("It is in Oslo.", "m")).encode())
+    r = httpx.post(gateway.base_url + path, content=json.dumps(chat("Where?", rag=["It is in Paris."])).encode(),
+                   headers={"content-type": "application/json", "x-demo-script": "variant"}, timeout=30)
+    assert b"truthlens_context" not in last_upstream(gateway).body
+    assert r.headers["x-truthlens-status"] == "checked"
+
+
+def test_rag_field_of_the_wrong_type_is_refused_before_the_upstream(gateway: Gateway) -> None:
+    before = len(gateway.upstream.requests)
+    body = chat("How tall?")
+    body["truthlens_context"] = [1, 2]
+    r = post(gateway, body)
+    assert r.status_code == 400 and len(gateway.upstream.requests) == before
+    err = r.json()["error"]
+    assert (err["type"], err["param"]) == ("invalid_request_error", "truthlens_context")
+
+
+@pytest.mark.parametrize(("body", "refused"), [
+    ({"messages": [], "truthlens_context": ["doc"]}, False),  # schema-invalid: forwarded without the field
+    ({"model": "m", "messages": [{"role": "user", "content": "q"}], "truthlens_context": 42}, True),
+])
+def test_rag_field_never_reaches_the_upstream(gateway: Gateway, body: dict, refused: bool) -> None:
+    before = len(gateway.upstream.requests)
+    r = post(gateway, body)
+    sent = gateway.upstream.requests[before:]
+    assert all(b"truthlens_context" not in q.body for q in sent) and len(sent) == (0 if refused else 1)
+    assert (r.status_code == 400) is refused
+    if not refused:
+        assert (r.headers["x-truthlens-status"], r.headers["x-truthlens-reason"]) == ("unchecked", "bad_json")
+
+
+def test_lone_surrogates_are_judged_not_errors(gateway: Gateway) -> None:
+    raw = b'{"model":"m","messages":[{"role":"user","content":"Where? \\ud800"}],"truthlens_context":["In Paris."]}'
+    gateway.upstream.scripts["surrogate"] = Script(
+        body=b'{"id":"\\udc00","choices":[{"index":0,"message":{"role":"assistant","content":"In Oslo \\ud800."}}]}')
+    r = post(gateway, raw, headers={"x-demo-script": "surrogate"})
+    assert last_upstream(gateway).body == b'{"model":"m","messages":[{"role":"user","content":"Where? \\ud800"}]}'
+    assert (r.headers["x-truthlens-status"], r.headers["x-truthlens-detected"]) == ("checked", "true")

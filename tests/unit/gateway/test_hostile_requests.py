@@ -106,3 +106,26 @@ async def test_every_spelling_of_the_chat_path_is_judged(path: str) -> None:
     assert set_headers(replies[0].request_headers.response)["accept-encoding"] == "identity"  # the chat route
     assert b"truthlens_context" not in forwarded(replies[1])
     assert replies[2].HasField("response_headers")  # the answer is asked for, to be judged
+
+
+async def test_compressed_answers_are_decoded_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#19: decoding (br could take GBs and seconds before the cap) ran on the event loop."""
+    import gzip
+    import threading
+
+    from extproc.gateway import exchange
+    from tests.unit.gateway.test_service import INJECTED_CLAIM, completion_json
+
+    threads: list[str] = []
+    real = exchange.decode_body
+
+    def spy(*args: object):
+        threads.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(exchange, "decode_body", spy)
+    answer = gzip.compress(json.dumps(completion_json(f"It is in Oslo. {INJECTED_CLAIM}", "m")).encode())
+    replies = await drive(service(), [req_headers(), req_body(CHAT), resp_headers(extra={"content-encoding": "gzip"}),
+                                      resp_body(answer)])
+    assert set_headers(replies[3].response_body.response)["x-truthlens-status"] == "checked"
+    assert threads and threads[0] != threading.main_thread().name

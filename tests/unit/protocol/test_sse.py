@@ -92,9 +92,8 @@ def test_byte_by_byte_and_offsets():
     assert _summary(events) == TRICKY_EVENTS
     whole = SSEParser().feed(TRICKY)
     assert [e.start for e in events] == [e.start for e in whole]
-    # a CR-terminated blank line is dispatched before its LF can arrive: only then may the end differ
-    for split, joined in zip(events, whole):
-        assert split.end == joined.end or (split.end + 1 == joined.end and TRICKY[split.end:joined.end] == b"\n")
+    # a blank line's CR at a chunk's end waits for the next byte: ends agree however the CRLF is split (#19)
+    assert [e.end for e in events] == [e.end for e in whole]
     # blocks tile the stream: each event's block starts where a previous block ended
     assert events[0].start == 0
     assert TRICKY[events[1].start:events[1].end].startswith(b"event: custom")
@@ -265,3 +264,22 @@ def test_assembler_reads_what_the_fast_json_reader_rejects_like_json_loads():
     asm.add_data('{"choices": [{"index": 0, "delta": {"content": "!"}}]}')
     asm.add_data("{broken")
     assert asm.answers() == ("Hi \ufffd!",) and asm.ignored == 1  # a lone surrogate reads as U+FFFD (#19)
+
+
+@pytest.mark.parametrize("stream", [b"data: a\r\n\r\ndata: b\r\n\r\n", b"data: a\r\rdata: b\r\r", b"data: a\n\r\n"])
+def test_event_ends_do_not_depend_on_where_a_crlf_is_split(stream):
+    """The fuzzer's case (#19): `end` was one short when a blank line's CRLF was split across chunks."""
+    whole = SSEParser()
+    expected = whole.feed(stream) + whole.feed(b"")
+    for cut in range(1, len(stream)):
+        p = SSEParser()
+        got = p.feed(stream[:cut]) + p.feed(stream[cut:]) + p.feed(b"")
+        assert [(e.data, e.start, e.end) for e in got] == [(e.data, e.start, e.end) for e in expected]
+        assert p.boundary == whole.boundary
+
+
+def test_a_stream_ending_in_a_lone_cr_dispatches_at_the_empty_end_chunk():
+    p = SSEParser()
+    assert p.feed(b"data: x\r\r") == []
+    [event] = p.feed(b"")
+    assert (event.data, event.end, p.boundary) == ("x", 9, 9)

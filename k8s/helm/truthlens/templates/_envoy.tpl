@@ -9,6 +9,15 @@ typed_per_filter_config:
     disabled: true
 {{- end -}}
 
+{{/*
+Every other spelling of a judged path (case, %-escapes, ;params; dot segments and // are resolved by
+normalize_path / merge_slashes) holds "completions" or a "%": such paths reach the sidecar, which
+judges every spelling of .../chat/completions and lets the rest pass (#19).
+*/}}
+{{- define "truthlens.envoy.spellings" -}}
+"(?i).*(completions|%).*"
+{{- end -}}
+
 {{- define "truthlens.envoy.route" -}}
 {cluster: upstream_llm, timeout: {{ .Values.envoy.routeTimeout }}, auto_host_rewrite: true}
 {{- end -}}
@@ -25,6 +34,8 @@ typed_config:
   common_http_protocol_options:
     idle_timeout: 3600s
     headers_with_underscores_action: REJECT_REQUEST
+  normalize_path: true
+  merge_slashes: true
   route_config:
     name: llm_routes
     virtual_hosts:
@@ -47,6 +58,16 @@ typed_config:
             overrides:
               failure_mode_allow: false
       {{- end }}
+      - name: fail_closed_chat_spellings
+        match:
+          safe_regex: {regex: {{ include "truthlens.envoy.spellings" $ }}}
+        route: {{ include "truthlens.envoy.route" $ }}
+        request_body_buffer_limit: {{ int64 $.Values.envoy.maxRequestBytes }}
+        typed_per_filter_config:
+          envoy.filters.http.ext_proc:
+            "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute
+            overrides:
+              failure_mode_allow: false
       - name: fail_closed_not_judged
         match: {prefix: /}
         route: {{ include "truthlens.envoy.route" $ }}
@@ -82,6 +103,11 @@ typed_config:
         route: {{ include "truthlens.envoy.route" $ }}
         request_body_buffer_limit: {{ int64 $.Values.envoy.maxRequestBytes }}
       {{- end }}
+      - name: chat_spellings
+        match:
+          safe_regex: {regex: {{ include "truthlens.envoy.spellings" . }}}
+        route: {{ include "truthlens.envoy.route" . }}
+        request_body_buffer_limit: {{ int64 .Values.envoy.maxRequestBytes }}
       - name: not_judged
         match: {prefix: /}
         route: {{ include "truthlens.envoy.route" . }}
@@ -108,6 +134,12 @@ typed_config:
         response_trailer_mode: SKIP
       mutation_rules:
         disallow_system: true
+  - name: envoy.filters.http.header_mutation
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation
+      mutations:
+        response_mutations:
+        - remove_on_match: {key_matcher: {prefix: x-truthlens-}}
   - name: envoy.filters.http.router
     typed_config:
       "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
