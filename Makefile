@@ -103,6 +103,7 @@ bench: setup-dev
 	$(PY) -m bench.inference_bench --repeats 10
 	$(PY) -m bench.detector_depth --layers 2 3 4 6
 	$(PY) -m bench.surrogate_bench
+	$(PY) -m bench.streaming_bench --requests 20
 
 # Regenerate extproc/api/v1 from proto/ (committed; `make test` fails when it is not current).
 proto: setup-dev
