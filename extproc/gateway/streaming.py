@@ -9,8 +9,8 @@ event boundary (the verdict in front of `[DONE]`), or, for an early stop, the ch
 boundary plus the closing events (then later chunks are dropped).
 
 A reply waits only
-- while its chunk ends inside an event (the next chunk completes it; until then no client could
-  read those bytes, and the verdict may have to go in front of that event);
+- while its chunk ends inside an event, until a later chunk completes that event (no client could
+  read those bytes earlier, and the verdict may have to go in front of that event if it is [DONE]);
 - with `hold_back: sentence`, until every sentence the chunk carries has been checked.
 
 Each sentence is checked once, as soon as the next one starts (or the stream ends, or it grows past
@@ -54,7 +54,10 @@ class _Chunk:
     data: bytes
     start: int  # absolute stream offset of data[0]
     text_end: dict[int, int]  # per choice: answer characters complete once this chunk's events are read
-    open_tail: bool  # ends inside an event
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.data)
 
 
 @dataclass(slots=True)
@@ -163,8 +166,7 @@ class SseStream:
             self.cancel()
             a.drop_text()
             self._events.clear()
-        self._pending.append(_Chunk(data, start, {i: a.text_length(i) for i in a.indices()},
-                                    self.parser.boundary < self._received))
+        self._pending.append(_Chunk(data, start, {i: a.text_length(i) for i in a.indices()}))
 
     def _schedule(self, finished: bool) -> None:
         """Start a check for every sentence that is complete now (each sentence once)."""
@@ -206,7 +208,7 @@ class SseStream:
     # ---- answering -----------------------------------------------------------------------------
 
     def _releasable(self, chunk: _Chunk) -> bool:
-        if chunk.open_tail:
+        if chunk.end > self.parser.boundary:  # its last event is not complete yet (it may be [DONE])
             return False
         if not self.hold_back or self._too_large:
             return True
@@ -218,7 +220,7 @@ class SseStream:
         while self._pending and self._releasable(self._pending[0]):
             chunk = self._pending.popleft()
             out.append(None)
-            self._forget_events(chunk.start + len(chunk.data))
+            self._forget_events(chunk.end)
         return out
 
     def _forget_events(self, upto: int) -> None:
@@ -249,7 +251,7 @@ class SseStream:
         out: list[bytes | None] = []
         while self._pending:
             chunk = self._pending.popleft()
-            end = chunk.start + len(chunk.data)
+            end = chunk.end
             if end <= cut:
                 out.append(None)
             elif chunk.start <= cut:
@@ -277,7 +279,7 @@ class SseStream:
         out: list[bytes | None] = []
         while self._pending:
             chunk = self._pending.popleft()
-            end = chunk.start + len(chunk.data)
+            end = chunk.end
             if closing and chunk.start <= at <= end and (at < end or not self._pending):
                 pos = at - chunk.start
                 out.append(chunk.data[:pos] + closing + chunk.data[pos:])

@@ -67,16 +67,15 @@ async def test_without_hold_back_every_chunk_goes_at_once_and_the_verdict_preced
     assert ANSWER[span.start:span.end] == "Oslo built a copy in 1990."  # spans in answer offsets
 
 
-async def test_a_chunk_ending_inside_an_event_waits_for_the_next() -> None:
+async def test_a_chunk_ending_inside_an_event_waits_until_the_event_is_complete() -> None:
     chunks = completion_sse_chunks(ANSWER, "m", words_per_chunk=4)
-    joined = b"".join(chunks)
-    cut = chunks[0].index(b"content") + len(chunks[1]) // 2 + len(chunks[0]) // 2
-    pieces = [joined[:cut], joined[cut:]]
+    event = chunks[1]
+    pieces = [chunks[0] + event[:10], event[10:20], event[20:] + chunks[2]] + chunks[3:]
     s = stream(Checks(), [])
-    first = await s.feed(pieces[0], False)
-    assert first == []  # Envoy keeps holding it: its last event is not complete
-    second = await s.feed(pieces[1], True)
-    assert len(second) == 2 and second[0] is None  # released in order, unchanged
+    assert await s.feed(pieces[0], False) == []  # Envoy keeps holding it: its last event is not complete
+    assert await s.feed(pieces[1], False) == []  # still inside the same event
+    assert await s.feed(pieces[2], False) == [None, None, None]  # the event is complete: all three, in order
+    assert await s.feed(pieces[3], False) == [None]  # and from then on one by one
 
 
 async def test_done_split_across_chunks_still_gets_the_verdict_in_front() -> None:
