@@ -9,6 +9,7 @@ for instance). Failures map to the exceptions a local engine raises, so the gate
   every endpoint tried was overloaded       Overloaded: overloaded
   the call's deadline passed                RemoteTimeout (an InferenceError and a TimeoutError): timeout
   the pool lacks the model (FAILED_PRECONDITION, UNIMPLEMENTED)   ModelUnavailable
+  over the pool's max_request_tokens (OUT_OF_RANGE)                 TooLarge: too_large
   anything else                             InferenceError: error
 
 Endpoints: a list of `host:port` (each call starts at the next one, round robin; a failed attempt
@@ -42,6 +43,7 @@ from extproc.inference.api import (
     ModelUnavailable,
     Overloaded,
     SentinelResult,
+    TooLarge,
 )
 
 log = logging.getLogger(__name__)
@@ -246,4 +248,6 @@ def _error(method: str, endpoint: str, exc: grpc.aio.AioRpcError) -> InferenceEr
     message = f"{method} on {endpoint}: {exc.code().name}: {exc.details()}"
     if exc.code() in MISSING_MODEL:
         return ModelUnavailable(message)
+    if exc.code() == grpc.StatusCode.OUT_OF_RANGE:
+        return TooLarge(message)
     return InferenceError(message)

@@ -6,7 +6,8 @@ the Envoy pods). Next to it: the standard grpc.health.v1 service, SERVING for ""
 "truthlens.v1.Detection" once the models are loaded, NOT_SERVING first on shutdown.
 
 Engine errors become gRPC status codes the remote engine maps back to the same exceptions:
-ModelUnavailable -> FAILED_PRECONDITION, Overloaded -> RESOURCE_EXHAUSTED, a malformed request
+ModelUnavailable -> FAILED_PRECONDITION, Overloaded -> RESOURCE_EXHAUSTED, TooLarge (over
+batching.max_request_tokens) -> OUT_OF_RANGE, a malformed request
 (ValueError) -> INVALID_ARGUMENT, any other failure -> INTERNAL.
 """
 
@@ -23,7 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from extproc.api import convert
 from extproc.api.v1 import detection_pb2 as pb
 from extproc.api.v1 import detection_pb2_grpc as pb_grpc
-from extproc.inference.api import Engine, InferenceError, ModelUnavailable, Overloaded
+from extproc.inference.api import Engine, InferenceError, ModelUnavailable, Overloaded, TooLarge
 from extproc.server import ServerOptions, SidecarServer
 
 log = logging.getLogger("truthlens.detector_api")
@@ -53,6 +54,8 @@ class DetectionServicer(pb_grpc.DetectionServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except Overloaded as exc:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc) or "overloaded")
+        except TooLarge as exc:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc) or "too large")
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except InferenceError as exc:

@@ -32,7 +32,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc.gateway import replies
 from extproc.gateway.context import RequestContext
 from extproc.gateway.streaming import SseStream, StreamOutcome
-from extproc.inference.api import DetectionResult, InferenceError, ModelUnavailable, Overloaded, SentinelResult
+from extproc.inference.api import DetectionResult, InferenceError, ModelUnavailable, Overloaded, SentinelResult, TooLarge
 from extproc.inference.templates import sentinel_prompt
 from extproc.policy.actions import ActionPlan, plan_actions, streaming_headers
 from extproc.policy.decisions import Decision
@@ -500,6 +500,8 @@ class ChatExchange:
             return UncheckedReason.TIMEOUT
         if isinstance(exc, Overloaded):
             return UncheckedReason.OVERLOADED
+        if isinstance(exc, TooLarge):  # over batching.max_request_tokens: refused before any model work
+            return UncheckedReason.TOO_LARGE
         if isinstance(exc, ModelUnavailable):
             return UncheckedReason.MODELS_UNAVAILABLE
         log.warning("request %s: detection failed: %r", self.ctx.request_id, exc)

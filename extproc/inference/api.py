@@ -19,6 +19,11 @@ class Overloaded(InferenceError):
     """The admission limit was hit: answer now instead of queueing forever."""
 
 
+class TooLarge(InferenceError):
+    """The request is over its token budget (batching.max_request_tokens): refused at once, before any
+    model work, so one huge request cannot hold the models for everyone else."""
+
+
 class ModelUnavailable(InferenceError):
     """No model is loaded for this role (missing directory, load failure)."""
 

@@ -11,10 +11,12 @@ onnxruntime releases the GIL during `run`, so the loop stays responsive.
   max_wait_ms after the first job: a lone request (concurrency 1) runs at
   once instead of always paying the wait, a burst still coalesces.
 - Cancellation: a job whose future was cancelled (caller timed out or the
-  stream went away) is dropped before the forward pass.
-- Admission: more than max_queue jobs queued or in flight -> `Overloaded`
-  at once, so the gateway passes the response through marked unchecked
-  instead of queueing forever.
+  stream went away) leaves the queue at once (its slot and tokens are free
+  for others) and is never run; one the worker already took is dropped
+  before the forward pass.
+- Admission: more than max_queue jobs queued or in flight, or more than
+  max_queued_tokens waiting to run -> `Overloaded` at once, so the gateway
+  passes the response through marked unchecked instead of queueing forever.
 - Crashes: a failing batch fails its own futures; if the worker loop itself
   dies, every pending future gets an error and later submits are refused.
 """
@@ -83,12 +85,14 @@ class Batcher:
         max_wait_ms: float = 2.0,
         max_queue: int = 256,
         size: Callable[[Any], int] = len,
+        max_queued_tokens: int | None = None,  # None: only max_queue bounds the queue
     ) -> None:
         self._run = run
         self.name = name
         self.max_batch_tokens = max_batch_tokens
         self.max_wait_s = max_wait_ms / 1000.0
         self.max_queue = max_queue
+        self.max_queued_tokens = max_queued_tokens
         self._size = size
         self._queue: collections.deque[_Job] = collections.deque()
         self._queued_tokens = 0
@@ -109,6 +113,10 @@ class Batcher:
     def pending(self) -> int:
         return self._pending
 
+    @property
+    def queued_tokens(self) -> int:
+        return self._queued_tokens
+
     async def submit(self, items: Sequence[Any]) -> list[Any]:
         """Run `items` in some batch; results in the same order."""
         if not items:
@@ -120,6 +128,10 @@ class Batcher:
                 raise InferenceError(f"{self.name} batcher is not running ({self._dead or 'closed'})")
             if self._pending >= self.max_queue:
                 raise Overloaded(f"{self.name}: {self._pending} requests pending (max_queue {self.max_queue})")
+            if (self.max_queued_tokens is not None and self._queue
+                    and self._queued_tokens + job.tokens > self.max_queued_tokens):
+                raise Overloaded(f"{self.name}: {self._queued_tokens} tokens queued, {job.tokens} more would pass "
+                                 f"max_queued_tokens {self.max_queued_tokens}")
             self._pending += 1
             if self._last_arrival:
                 self._gap_s = _ewma(self._gap_s, job.enqueued - self._last_arrival)
@@ -127,7 +139,20 @@ class Batcher:
             self._queue.append(job)
             self._queued_tokens += job.tokens
             self._cv.notify()
+        job.future.add_done_callback(lambda fut: self._withdraw(job) if fut.cancelled() else None)
         return await job.future
+
+    def _withdraw(self, job: _Job) -> None:
+        """The caller gave up (timeout, stream gone): a job still queued leaves now, never runs, and frees its
+        slot and tokens for others. One the worker took already is the worker's to drop or finish."""
+        with self._cv:
+            try:
+                self._queue.remove(job)
+            except ValueError:
+                return
+            self._queued_tokens -= job.tokens
+            self._pending -= 1
+            self.dropped += 1
 
     def _take(self) -> list[_Job]:
         """Block for the first job, linger up to max_wait for more, take up to the token budget."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from extproc.inference.api import Claim, DetectionResult, ModelInfo, ModelUnavailable, SentinelResult, Span
+from extproc.inference.api import Claim, DetectionResult, ModelInfo, ModelUnavailable, SentinelResult, Span, TooLarge
 from extproc.inference.batcher import Batcher
 from extproc.inference.calibration import CALIBRATION_FILE, Calibration, CalibrationError, CalibrationSet, check_models
 from extproc.inference.latent_audit import AuditError, LatentAudit, audit_features
@@ -57,6 +57,31 @@ LATENT_AUDIT = "latent_audit"  # Mahalanobis distance of the answer's hidden sta
 LENS_EMERGENCE = "lens_emergence"  # logit lens: how early the surrogate's layers predict the answer tokens
 CONTEXT_MMD = "context_mmd"  # MMD of next-token distributions under the real vs another request's passages
 RESERVOIR_CHARS = 8000  # per kept context: enough for the surrogate's window, bounded memory
+# The request budget's cheap first check, before any tokenizing: text longer than this many characters per
+# token of max_request_tokens is refused unread (English runs ~4 characters per token; only text like a
+# run of 100-character "words" packs more, and is refused by this check rather than counted).
+MAX_CHARS_PER_TOKEN = 8
+
+
+class _Budget:
+    """One detect call's model tokens (`max_request_tokens`), spent stage by stage before each submit."""
+
+    __slots__ = ("limit", "spent")
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.spent = limit, 0
+
+    def check_chars(self, chars: int) -> None:
+        if chars > self.limit * MAX_CHARS_PER_TOKEN:
+            raise TooLarge(f"{chars} characters to judge: over {MAX_CHARS_PER_TOKEN} per token of "
+                           f"max_request_tokens {self.limit}")
+
+    def spend(self, rows: Sequence[Sequence[int]], stage: str) -> None:
+        tokens = sum(len(r) for r in rows)
+        if self.spent + tokens > self.limit:
+            raise TooLarge(f"{stage}: {self.spent + tokens} model tokens for this request, over "
+                           f"max_request_tokens {self.limit}")
+        self.spent += tokens
 
 
 @dataclass(frozen=True)
@@ -95,6 +120,8 @@ class EngineSettings:
     max_batch_tokens: int
     max_wait_ms: float
     max_queue: int
+    max_request_tokens: int  # one detect call's model tokens (detector + verifier rows); over it: TooLarge at once
+    max_queued_tokens: int  # per model batcher, tokens waiting to run; beyond it: Overloaded
     sentinel_prefilter: bool  # use the sentinel directory's prefilter.npz when it has one
     prep_threads: int = 2  # tokenization / windowing pool
     strict: bool = False  # True: a present-but-invalid model directory raises instead of being left out
@@ -122,6 +149,7 @@ class EngineSettings:
             min_span_confidence=t.min_span_confidence, score_method=tl.score_method, response_threshold=t.response,
             explainer_enabled=e.enabled, drop_entailed=e.drop_entailed, explainer_max_windows=e.max_windows,
             max_batch_tokens=b.max_batch_tokens, max_wait_ms=b.max_wait_ms, max_queue=b.max_queue,
+            max_request_tokens=b.max_request_tokens, max_queued_tokens=b.max_queued_tokens,
             sentinel_prefilter=m.sentinel_prefilter,
         )
         unknown = set(overrides) - {f.name for f in fields(cls)}
@@ -161,7 +189,8 @@ class OnnxEngine:
         self.detector = Detector(models["detector"]) if "detector" in models else None
         self.explainer = Explainer(models["explainer"]) if "explainer" in models else None
         self._batchers = {
-            role: Batcher(model.infer, role, settings.max_batch_tokens, settings.max_wait_ms, settings.max_queue)
+            role: Batcher(model.infer, role, settings.max_batch_tokens, settings.max_wait_ms, settings.max_queue,
+                          max_queued_tokens=settings.max_queued_tokens)
             for role, model in models.items()
         }
         self._prep = ThreadPoolExecutor(max_workers=max(1, settings.prep_threads), thread_name_prefix="truthlens-prep")
@@ -232,6 +261,8 @@ class OnnxEngine:
         if not answer.strip():  # nothing to judge: no tokens, no windows
             return DetectionResult(score=0.0, spans=(), windows=0, latency_ms=_ms(t0))
         context = [c for c in context if c]
+        budget = _Budget(self.settings.max_request_tokens)  # before any work: a huge request costs nothing
+        budget.check_chars(sum(map(len, context)) + len(question or "") + len(answer))
         fused = (self.settings.score_method == "fused" and bool(context) and self.explainer is not None
                  and self.settings.explainer_enabled)
         # the surrogate (the slowest signal) runs beside the detector and the verifier, not after them
@@ -240,12 +271,13 @@ class OnnxEngine:
             if fused and wanted else None
         try:
             prepared = await self._prepare(self.detector.prepare, context, question, answer)
+            budget.spend(prepared.rows, "detector")
             t_prep = _ms(t0)
             scores: TokenScores = self.detector.finish(prepared, await self._batchers["detector"].submit(prepared.rows))
             raw = filter_spans(answer, merge_tokens(answer, scores.offsets, scores.probs.tolist(), self._filter.token_threshold), self._filter)
             timings = {"tokenize": t_prep, "detector": _ms(t0) - t_prep}
             if fused:
-                return await self._detect_fused(context, answer, scores, raw, t0, timings, pmi_task)
+                return await self._detect_fused(context, answer, scores, raw, t0, timings, pmi_task, budget)
         except BaseException:
             if pmi_task is not None:
                 pmi_task.cancel()
@@ -253,7 +285,7 @@ class OnnxEngine:
         verdicts: list[NliResult | None] = [None] * len(raw)
         if raw and context and self.explainer is not None and self.settings.explainer_enabled:
             t1 = time.perf_counter()
-            verdicts = await self._explain(context, answer, raw)
+            verdicts = await self._explain(context, answer, raw, budget)
             timings["explainer"] = _ms(t1)
         kept_raw: list[RawSpan] = []
         spans: list[Span] = []
@@ -273,7 +305,7 @@ class OnnxEngine:
 
     async def _detect_fused(
         self, context: Sequence[str], answer: str, scores: TokenScores, raw: Sequence[RawSpan], t0: float,
-        timings: dict[str, float], pmi_task: "asyncio.Future[dict[str, float]] | None",
+        timings: dict[str, float], pmi_task: "asyncio.Future[dict[str, float]] | None", budget: _Budget,
     ) -> DetectionResult:
         """Every answer sentence is verified against the context; a sentence is a span when its
         calibrated doubt (detector x verifier, `sentence_doubt`) reaches thresholds.response (whole
@@ -282,7 +314,7 @@ class OnnxEngine:
         confidence 1 - P(entailment)), so a span is never both flagged and labelled entailed."""
         t1 = time.perf_counter()
         sentences = answer_sentences(answer)
-        verdicts = await self._verify(context, [answer[s:e] for s, e in sentences])
+        verdicts = await self._verify(context, [answer[s:e] for s, e in sentences], budget)
         timings["verifier"] = _ms(t1)
         signals: dict[str, float] = {}
         if pmi_task is not None:
@@ -341,22 +373,27 @@ class OnnxEngine:
             out[CONTEXT_MMD] = reading.mmd
         return out
 
-    async def _verify(self, context: Sequence[str], sentences: Sequence[str]) -> list[NliResult]:
+    async def _verify(self, context: Sequence[str], sentences: Sequence[str],
+                      budget: _Budget | None = None) -> list[NliResult]:
         """NLI of each sentence against its best-matching context windows, in one batched run."""
         assert self.explainer is not None
         if not sentences:
             return []
         prepared = await self._prepare(self.explainer.prepare, context, sentences, self.settings.explainer_max_windows)
-        probs = await self._batchers["explainer"].submit([r for p in prepared for r in p.rows])
+        rows = [r for p in prepared for r in p.rows]
+        if budget is not None:
+            budget.spend(rows, "verifier")
+        probs = await self._batchers["explainer"].submit(rows)
         return self.explainer.finish(prepared, probs)
 
-    async def _explain(self, context: Sequence[str], answer: str, raw: Sequence[RawSpan]) -> list[NliResult | None]:
+    async def _explain(self, context: Sequence[str], answer: str, raw: Sequence[RawSpan],
+                       budget: _Budget | None = None) -> list[NliResult | None]:
         """All spans of one response in one batched NLI run; spans in the same sentence share a pair."""
         assert self.explainer is not None
         bounds = sentence_bounds(answer)
         sentences = [sentence_for(answer, bounds, sp.start, sp.end) for sp in raw]
         unique = list(dict.fromkeys(sentences))
-        by_sentence = dict(zip(unique, await self._verify(context, unique)))
+        by_sentence = dict(zip(unique, await self._verify(context, unique, budget)))
         return [by_sentence[s] for s in sentences]
 
     async def explain(self, context: Sequence[str], answer: str,
@@ -377,7 +414,9 @@ class OnnxEngine:
         else:
             pieces = [(a, b, answer[a:b]) for a, b in answer_sentences(answer)]
         unique = list(dict.fromkeys(text for _, _, text in pieces))
-        by_text = dict(zip(unique, await self._verify(context, unique)))
+        budget = _Budget(self.settings.max_request_tokens)
+        budget.check_chars(sum(map(len, context)) + sum(map(len, unique)))
+        by_text = dict(zip(unique, await self._verify(context, unique, budget)))
         return tuple(Claim(a, b, text, by_text[text].label, by_text[text].confidence, by_text[text].entailment)
                      for a, b, text in pieces)
 

@@ -26,7 +26,7 @@ class Status(StrEnum):
 class UncheckedReason(StrEnum):
     ERROR = "error"  # unexpected failure inside the sidecar
     TIMEOUT = "timeout"  # inference_timeout_ms passed
-    TOO_LARGE = "too_large"  # body over max_body_bytes
+    TOO_LARGE = "too_large"  # body over max_body_bytes, or detection over batching.max_request_tokens
     OVERLOADED = "overloaded"  # batching.max_queue admission limit hit
     MODELS_UNAVAILABLE = "models_unavailable"  # no detector loaded
     UNSUPPORTED_CONTENT = "unsupported_content"  # not JSON/SSE chat completions, compressed body, ...

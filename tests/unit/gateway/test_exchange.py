@@ -138,3 +138,30 @@ def test_error_before_a_decision_just_continues() -> None:
     ex, _ = exchange(path="/v1/models", method="GET")
     reply = ex.error_reply("request_body")
     assert reply.HasField("request_body") and ex.verdict is None
+
+
+class _TooLargeEngine(ScriptedTestEngine):
+    async def detect(self, context, question, answer, signals=None):
+        from extproc.inference.api import TooLarge
+
+        raise TooLarge("over max_request_tokens")
+
+
+async def test_an_answer_over_the_token_budget_passes_untouched_as_too_large() -> None:
+    """#19: the engine's TooLarge (batching.max_request_tokens) is unchecked/too_large, JSON and SSE, body untouched."""
+    ex, _ = exchange(engine=_TooLargeEngine())
+    ex.request_body(req_body(CHAT).request_body)
+    await ex.await_sentinel()
+    ex.response_headers(resp_headers().response_headers)
+    (reply,) = await ex.response_body(resp_body(json.dumps(completion_json("It is tall.", "m")).encode()).response_body)
+    h = set_headers(reply.response_body.response)
+    assert (h["x-truthlens-status"], h["x-truthlens-reason"]) == ("unchecked", "too_large")
+    assert not reply.response_body.response.HasField("body_mutation")
+
+    ex, _ = exchange(engine=_TooLargeEngine())
+    ex.request_body(req_body(CHAT).request_body)
+    await ex.await_sentinel()
+    ex.response_headers(resp_headers("text/event-stream").response_headers)
+    for c in completion_sse_chunks("The tower is 330 metres tall. It opened in 1889.", "m"):
+        await ex.response_body(resp_body(c, eos=False).response_body)
+    assert ex.verdict.status is Status.UNCHECKED and ex.verdict.reason == "too_large"

@@ -109,6 +109,58 @@ async def test_cancelled_request_work_is_dropped():
         b.close()
 
 
+async def test_cancelled_work_leaves_the_queue_at_once_while_the_worker_is_busy():
+    """#19: a request that timed out must not hold a queue slot or queued tokens until the worker gets to it:
+    with the worker stuck in a long batch, cancelled jobs free their capacity immediately for other requests."""
+    rec = Recorder()
+    rec.gate.clear()
+    b = Batcher(rec, "t", max_wait_ms=0, max_queue=3, max_queued_tokens=8)
+    try:
+        first = asyncio.ensure_future(b.submit(["long"]))
+        await _wait_for(rec.entered)  # the worker is inside a batch
+        doomed = [asyncio.ensure_future(b.submit(["xxxx"])) for _ in range(2)]
+        await asyncio.sleep(0)
+        assert b.pending == 3 and b.queued_tokens == 8
+        with pytest.raises(Overloaded):
+            await b.submit(["y"])
+        for d in doomed:
+            d.cancel()
+        await asyncio.sleep(0)
+        assert b.pending == 1 and b.queued_tokens == 0  # gone before the worker is free again
+        assert b.dropped == 2
+        kept = asyncio.ensure_future(b.submit(["kept"]))  # the freed room serves another request
+        await asyncio.sleep(0)
+        rec.gate.set()
+        assert await kept == ["out:kept"] and await first == ["out:long"]
+        assert all("xxxx" not in batch for batch in rec.batches)
+        assert b.pending == 0 and b.queued_tokens == 0
+    finally:
+        rec.gate.set()
+        b.close()
+
+
+async def test_queued_tokens_are_capped():
+    """max_queued_tokens: work waiting to run is bounded in tokens, not only in requests (#19)."""
+    rec = Recorder()
+    rec.gate.clear()
+    b = Batcher(rec, "t", max_wait_ms=0, max_queued_tokens=10)
+    try:
+        first = asyncio.ensure_future(b.submit(["running"]))
+        await _wait_for(rec.entered)
+        queued = asyncio.ensure_future(b.submit(["x" * 8]))
+        await asyncio.sleep(0)
+        with pytest.raises(Overloaded, match="max_queued_tokens 10"):
+            await b.submit(["abc"])
+        small = asyncio.ensure_future(b.submit(["ab"]))  # fits in what is left
+        await asyncio.sleep(0)
+        rec.gate.set()
+        await asyncio.gather(first, queued, small)
+        assert b.queued_tokens == 0
+    finally:
+        rec.gate.set()
+        b.close()
+
+
 async def test_failing_batch_fails_its_futures_and_the_worker_survives():
     calls = []
 

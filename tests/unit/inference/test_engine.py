@@ -72,7 +72,7 @@ async def test_explainer_labels_spans_and_drops_entailed_ones(engine_factory):
 
 def _fixed_verifier(engine, *verdicts):
     """The verifier's answers per sentence, fixed (the tiny NLI model's are random)."""
-    async def verify(context, sentences):
+    async def verify(context, sentences, budget=None):
         assert len(sentences) == len(verdicts)
         return list(verdicts)
     engine._verify = verify
@@ -292,3 +292,37 @@ async def test_sentinel_runs_single_threaded_unless_threads_are_configured(
     engine = engine_factory(intra_op_threads=configured)
     threads = {role: m.session.get_session_options().intra_op_num_threads for role, m in engine._models.items()}
     assert threads["sentinel"] == sentinel_threads and threads["detector"] == detector_threads
+
+
+async def test_a_huge_context_is_too_large_at_once_and_others_are_still_checked(engine_factory):
+    """#19 item 2: a 4 MB context used to be tokenized, windowed and run (minutes of CPU, every other request
+    timing out behind it). Over batching.max_request_tokens it is refused before any model work, and a request
+    arriving with it is served."""
+    from extproc.inference.api import TooLarge
+
+    engine = engine_factory(max_request_tokens=512)
+    batcher = engine._batchers["detector"]
+    huge = ["Paris is the capital of France. " * (4 * 1024 * 1024 // 32)]
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    big = asyncio.ensure_future(engine.detect(huge, "What is the capital?", ANSWER))
+    normal = asyncio.ensure_future(engine.detect(LONG_CONTEXT[1:], "When?", ANSWER))
+    with pytest.raises(TooLarge, match="max_request_tokens 512"):
+        await big
+    assert loop.time() - t0 < 0.5
+    assert isinstance(await normal, DetectionResult)
+    assert loop.time() - t0 < 5
+    assert batcher.pending == 0 and batcher.queued_tokens == 0
+
+
+async def test_the_token_budget_counts_context_windows(engine_factory):
+    """Text under the cheap character bound is counted in model tokens (every context window): over the budget
+    it is refused before its rows are queued."""
+    from extproc.inference.api import TooLarge
+
+    engine = engine_factory(max_request_tokens=512, explainer_enabled=False)
+    context = ["Paris is the capital of France. " * 100]  # 3200 characters: under 512 x 8, over 512 tokens
+    with pytest.raises(TooLarge, match="detector: .* over max_request_tokens 512"):
+        await engine.detect(context, "What is the capital?", ANSWER)
+    assert engine._batchers["detector"].batches == 0
+    assert isinstance(await engine.detect(LONG_CONTEXT[1:], None, ANSWER), DetectionResult)
