@@ -35,6 +35,11 @@ class ServerOptions:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_client_ca_file: str | None = None  # set => mTLS: clients must present a certificate
+    # the config's server.* values (from_config); 0 idle = never close an idle connection
+    max_concurrent_streams: int = 0  # 0: gRPC's default (unbounded)
+    max_connection_idle_s: float = 0.0
+    keepalive_time_s: float = 0.0  # 0: gRPC's default
+    keepalive_timeout_s: float = 0.0
 
     @classmethod
     def from_config(cls, cfg: Config, address: str | None = None, **overrides: Any) -> ServerOptions:
@@ -47,8 +52,35 @@ class ServerOptions:
             tls_cert_file=s.tls.cert_file if s.tls.enabled else None,
             tls_key_file=s.tls.key_file if s.tls.enabled else None,
             tls_client_ca_file=s.tls.client_ca_file if s.tls.enabled else None,
+            max_concurrent_streams=s.max_concurrent_streams,
+            max_connection_idle_s=s.max_connection_idle_s,
+            keepalive_time_s=s.keepalive_time_s,
+            keepalive_timeout_s=s.keepalive_timeout_s,
         )
         return replace(opts, **overrides) if overrides else opts
+
+
+def grpc_options(opts: ServerOptions) -> list[tuple[str, int]]:
+    """The grpc.aio server's channel arguments: message limits, stream cap, idle close, keepalive."""
+    limit = opts.max_message_bytes
+    out = [
+        ("grpc.max_send_message_length", limit),
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.so_reuseport", 0),  # a second sidecar on the same port must fail, not share
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.keepalive_permit_without_calls", 1),
+        # Envoy's cluster keepalive (production: every 30 s) must not count as ping abuse
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ]
+    if opts.max_concurrent_streams:
+        out.append(("grpc.max_concurrent_streams", opts.max_concurrent_streams))
+    if opts.max_connection_idle_s:
+        out.append(("grpc.max_connection_idle_ms", int(opts.max_connection_idle_s * 1000)))
+    if opts.keepalive_time_s:
+        out.append(("grpc.keepalive_time_ms", int(opts.keepalive_time_s * 1000)))
+    if opts.keepalive_timeout_s:
+        out.append(("grpc.keepalive_timeout_ms", int(opts.keepalive_timeout_s * 1000)))
+    return out
 
 
 class SidecarServer:
@@ -57,16 +89,7 @@ class SidecarServer:
     def __init__(self, servicer: ext_proc_grpc.ExternalProcessorServicer, opts: ServerOptions) -> None:
         self.opts = opts
         self.health = health.aio.HealthServicer()
-        limit = opts.max_message_bytes
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_send_message_length", limit),
-                ("grpc.max_receive_message_length", limit),
-                ("grpc.so_reuseport", 0),  # a second sidecar on the same port must fail, not share
-                ("grpc.http2.max_pings_without_data", 0),
-                ("grpc.keepalive_permit_without_calls", 1),
-            ]
-        )
+        self.server = grpc.aio.server(options=grpc_options(opts))
         ext_proc_grpc.add_ExternalProcessorServicer_to_server(servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = self._bind()

@@ -124,6 +124,13 @@ class ServerConfig:
     # Envoy's ext_proc max_message_timeout (envoy/*.yaml, the chart's envoy.maxMessageTimeout): the most
     # standard/premium modes may ask for; a test keeps the Envoy configs and the chart equal to it.
     envoy_max_message_timeout_s: float = _bounded(60.0, 1.0)
+    # gRPC streams one client connection may hold open at once (one per HTTP request in flight through
+    # Envoy; its cluster allows the same 1024, envoy/*.yaml). Each idle stream costs ~22 kB: the cap bounds
+    # what one connection can pin.
+    max_concurrent_streams: int = _bounded(1024, 1)
+    max_connection_idle_s: float = _bounded(300.0, 0.0)  # close a connection with no stream for this long (0: never)
+    keepalive_time_s: float = _bounded(60.0, 1.0)  # ping a quiet connection this often...
+    keepalive_timeout_s: float = _bounded(20.0, 1.0)  # ...and close it when the ping is not answered in time
     tls: TLSConfig = _sub(TLSConfig)
 
 

@@ -69,8 +69,8 @@ def test_every_rendered_object_validates(name: str) -> None:
 def test_default_rendering_has_the_expected_objects() -> None:
     kinds = sorted(o["kind"] for o in helm_template())
     assert kinds == sorted(
-        ["ConfigMap", "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-         "Service", "ServiceAccount"]
+        ["ConfigMap", "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "NetworkPolicy", "PodDisruptionBudget",
+         "Service", "ServiceAccount"]  # NetworkPolicy on by default (#19)
     )
 
 
@@ -92,8 +92,9 @@ def test_default_config_passes_check_config_and_only_listeners_change(tmp_path: 
     proc = check_config(path)
     assert proc.returncode == 0, proc.stderr
     effective = yaml.safe_load(proc.stdout)
-    assert effective["server"]["grpc_address"] == "0.0.0.0:50051"  # kubelet grpc probes reach the pod IP
-    assert effective["server"]["metrics_address"] == "0.0.0.0:9464"  # Prometheus too
+    # Envoy is in the pod: the sidecar listens on loopback only (#19); probes exec, Prometheus goes via Envoy
+    assert effective["server"]["grpc_address"] == "127.0.0.1:50051"
+    assert effective["server"]["metrics_address"] == "127.0.0.1:9464"
     assert _without(effective, CHART_OWNED_KEYS) == _without(default_config_dict(), CHART_OWNED_KEYS)
 
 
@@ -132,8 +133,19 @@ def test_default_pod_shape() -> None:
     assert [c["name"] for c in spec["containers"]] == ["envoy", "truthlens"]
     sidecar = container(dep, "truthlens")
     assert sidecar["image"].endswith(":0.1.0-cpu")
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert sidecar[probe]["grpc"] == {"port": 50051}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):  # kubelet cannot dial loopback: exec
+        assert sidecar[probe]["exec"]["command"] == ["python", "/usr/local/bin/truthlens-healthcheck"]
+    assert {e["name"]: e.get("value") for e in sidecar["env"]}["TRUTHLENS_HEALTH_ADDRESS"] == "127.0.0.1:50051"
+    assert "ports" not in sidecar  # nothing of the sidecar is reachable from outside the pod
+    # NetworkPolicy on by default: clients and Envoy's ops port only
+    netpol = find(objs, "NetworkPolicy")
+    assert {p["port"] for rule in netpol["spec"]["ingress"] for p in rule["ports"]} == {8080, 9902}
+    # the sidecar's /metrics is scraped through Envoy's ops listener
+    envoy_cfg = yaml.safe_load(find(objs, "ConfigMap", "-envoy")["data"]["envoy.yaml"])
+    ops = next(lst for lst in envoy_cfg["static_resources"]["listeners"] if lst["name"] == "ops")
+    routes = ops["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    assert {"match": {"path": "/metrics"}, "route": {"cluster": "truthlens_metrics"}} in routes
+    assert "metrics" not in {p["name"] for p in find(objs, "Service")["spec"]["ports"]}
     assert "nvidia.com/gpu" not in sidecar["resources"].get("limits", {})
     assert sidecar["resources"]["requests"]["cpu"] == "2"
     assert spec["securityContext"]["runAsNonRoot"] is True
@@ -190,12 +202,13 @@ def test_gpu_premium_pod_shape() -> None:
     # the verifier keys come from a Secret, never from the ConfigMap
     env = {e["name"]: e for e in sidecar["env"]}
     assert env["VERIFIER_A_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "truthlens-verifiers"
-    assert find(objs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "metrics"
-    # UDS + NetworkPolicy: the pod exposes no ext_proc port at all
+    assert find(objs, "ServiceMonitor")["spec"]["endpoints"][0] == {"port": "envoy-stats", "path": "/metrics",
+                                                                     "interval": "30s"}
+    # UDS + NetworkPolicy: the pod exposes no ext_proc port and no sidecar metrics port (loopback, via Envoy)
     netpol = find(objs, "NetworkPolicy")
     open_ports = {p["port"] for rule in netpol["spec"]["ingress"] for p in rule["ports"]}
-    assert open_ports == {8080, 8443, 9902, 9464}
-    assert "grpc" not in {p["name"] for p in sidecar["ports"]}
+    assert open_ports == {8080, 8443, 9902}
+    assert "ports" not in sidecar
 
 
 def test_gateway_mode_renders_an_extension_policy_and_no_envoy() -> None:
@@ -336,3 +349,19 @@ def _ext_proc_filters(node: Any) -> list[dict[str, Any]]:
     if isinstance(node, list):
         return [f for v in node for f in _ext_proc_filters(v)]
     return []
+
+
+def test_listen_on_pod_ip_brings_back_grpc_probes_and_direct_metrics(tmp_path: Path) -> None:
+    objs = helm_template("--set", "sidecar.listenOnPodIP=true")
+    cfg = yaml.safe_load(check_config(_config_from(objs, tmp_path)).stdout)
+    assert (cfg["server"]["grpc_address"], cfg["server"]["metrics_address"]) == ("0.0.0.0:50051", "0.0.0.0:9464")
+    sidecar = container(find(objs, "Deployment"), "truthlens")
+    assert sidecar["readinessProbe"]["grpc"] == {"port": 50051}
+    netpol = find(objs, "NetworkPolicy")
+    assert 9464 in {p["port"] for rule in netpol["spec"]["ingress"] for p in rule["ports"]}
+    assert 50051 not in {p["port"] for rule in netpol["spec"]["ingress"] for p in rule["ports"]}
+
+
+def test_gateway_mode_listens_on_the_pod_ip(tmp_path: Path) -> None:
+    cfg = yaml.safe_load(check_config(_config_from(helm_template(*GATEWAY), tmp_path)).stdout)
+    assert cfg["server"]["grpc_address"] == "0.0.0.0:50051"

@@ -165,3 +165,36 @@ def test_server_options_come_from_config(tmp_path: Path) -> None:
     assert (o.tls_cert_file, o.tls_key_file, o.tls_client_ca_file) == (files["c.pem"], files["k.pem"], files["ca.pem"])
     plain = ServerOptions.from_config(parse_config({}), address="127.0.0.1:0")
     assert (plain.address, plain.tls_cert_file) == ("127.0.0.1:0", None)
+
+
+def test_stream_cap_idle_close_and_keepalive_come_from_the_config() -> None:
+    """#19: direct gRPC held ~22 MB per 1,000 idle streams with no stream cap or idle timeout."""
+    from extproc.server import grpc_options
+
+    opts = dict(grpc_options(ServerOptions.from_config(parse_config({"server": {
+        "max_concurrent_streams": 7, "max_connection_idle_s": 1.5, "keepalive_time_s": 30, "keepalive_timeout_s": 5}}))))
+    assert opts["grpc.max_concurrent_streams"] == 7
+    assert opts["grpc.max_connection_idle_ms"] == 1500
+    assert (opts["grpc.keepalive_time_ms"], opts["grpc.keepalive_timeout_ms"]) == (30_000, 5_000)
+    defaults = dict(grpc_options(options()))
+    assert defaults["grpc.max_concurrent_streams"] == 1024 and defaults["grpc.max_connection_idle_ms"] == 300_000
+    assert "grpc.max_connection_idle_ms" not in dict(grpc_options(options(max_connection_idle_s=0.0)))
+
+
+async def test_streams_beyond_the_cap_wait_for_a_free_one() -> None:
+    server = SidecarServer(SlowProcessor(0), options(max_concurrent_streams=1))
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            watch = stub.Watch(health_pb2.HealthCheckRequest(service=""))  # holds the only stream
+            assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=0.5)
+            assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            watch.cancel()
+            await asyncio.sleep(0.1)
+            assert (await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)).status == \
+                health_pb2.HealthCheckResponse.SERVING
+    finally:
+        await server.stop(0)

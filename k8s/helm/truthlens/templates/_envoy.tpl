@@ -202,11 +202,27 @@ static_resources:
                 route: {cluster: envoy_admin}
               - match: {path: /stats/prometheus}
                 route: {cluster: envoy_admin}
+              {{- if include "truthlens.loopback" . }}
+              - match: {path: /metrics}             # the sidecar's, which listens on loopback only
+                route: {cluster: truthlens_metrics}
+              {{- end }}
           http_filters:
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
   clusters:
+  {{- if include "truthlens.loopback" . }}
+  - name: truthlens_metrics
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: truthlens_metrics
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {address: 127.0.0.1, port_value: {{ .Values.sidecar.metricsPort }}}
+  {{- end }}
   - name: truthlens_extproc
     type: STATIC
     connect_timeout: 1s

@@ -71,7 +71,10 @@ truthlens.rag_context_field truthlens.models.sentinel truthlens.models.detector 
 {{- $_ := set $node (last $parts) nil -}}
 {{- end -}}
 {{- end -}}
-{{- $grpc := printf "0.0.0.0:%d" (int .Values.sidecar.grpcPort) -}}
+{{- /* Envoy in the pod: nothing outside the pod needs the sidecar (probes exec the health check, metrics are
+scraped through Envoy's ops listener), so it listens on loopback. Gateway mode: Envoy Gateway's proxies call it. */ -}}
+{{- $host := ternary "127.0.0.1" "0.0.0.0" (and .Values.envoy.enabled (not .Values.sidecar.listenOnPodIP)) -}}
+{{- $grpc := printf "%s:%d" $host (int .Values.sidecar.grpcPort) -}}
 {{- if and (eq .Values.sidecar.transport "uds") (not .Values.envoy.enabled) -}}
 {{- fail "sidecar.transport: uds needs envoy.enabled (without Envoy in the pod the sidecar must listen on TCP)" -}}
 {{- else if eq .Values.sidecar.transport "uds" -}}
@@ -79,7 +82,7 @@ truthlens.rag_context_field truthlens.models.sentinel truthlens.models.detector 
 {{- else if ne .Values.sidecar.transport "tcp" -}}
 {{- fail (printf "sidecar.transport: expected tcp or uds, got %q" .Values.sidecar.transport) -}}
 {{- end -}}
-{{- $server := mergeOverwrite (deepCopy (default dict $cfg.server)) (dict "grpc_address" $grpc "metrics_address" (printf "0.0.0.0:%d" (int .Values.sidecar.metricsPort))) -}}
+{{- $server := mergeOverwrite (deepCopy (default dict $cfg.server)) (dict "grpc_address" $grpc "metrics_address" (printf "%s:%d" $host (int .Values.sidecar.metricsPort))) -}}
 {{- if .Values.envoy.enabled -}}
 {{- /* the sidecar asks Envoy for at most what Envoy allows */ -}}
 {{- $_ := set $server "envoy_max_message_timeout_s" (include "truthlens.seconds" .Values.envoy.maxMessageTimeout | float64) -}}
@@ -106,8 +109,13 @@ truthlens.rag_context_field truthlens.models.sentinel truthlens.models.detector 
 {{- end -}}
 
 {{/* Pod spec fragments for the sidecar's health probes. */}}
+{{/* kubelet's grpc probe dials the pod IP in plaintext: only for a TCP, non-TLS sidecar on the pod IP. */}}
+{{- define "truthlens.loopback" -}}
+{{- if and .Values.envoy.enabled (not .Values.sidecar.listenOnPodIP) }}true{{ end -}}
+{{- end -}}
+
 {{- define "truthlens.probeAction" -}}
-{{- if or (eq .Values.sidecar.transport "uds") .Values.sidecarTLS.enabled }}
+{{- if or (eq .Values.sidecar.transport "uds") .Values.sidecarTLS.enabled (include "truthlens.loopback" .) }}
 exec:
   command: [python, /usr/local/bin/truthlens-healthcheck]   # address and TLS from TRUTHLENS_HEALTH_* env
 {{- else }}
