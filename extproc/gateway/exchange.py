@@ -32,7 +32,15 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc.gateway import replies
 from extproc.gateway.context import RequestContext
 from extproc.gateway.streaming import SseStream, StreamOutcome
-from extproc.inference.api import DetectionResult, InferenceError, ModelUnavailable, Overloaded, SentinelResult, TooLarge
+from extproc.inference.api import (
+    MAX_CHARS_PER_TOKEN,
+    DetectionResult,
+    InferenceError,
+    ModelUnavailable,
+    Overloaded,
+    SentinelResult,
+    TooLarge,
+)
 from extproc.inference.templates import sentinel_prompt
 from extproc.policy.actions import ActionPlan, plan_actions, streaming_headers
 from extproc.policy.decisions import Decision
@@ -65,6 +73,9 @@ log = logging.getLogger("truthlens.exchange")
 
 JSON_TYPES = ("application/json",)
 SSE_TYPE = "text/event-stream"
+# Sentence checks of one stream running at once: enough to keep up with a token stream (a sentence takes
+# tens of ms), few enough that one long fast stream cannot fill the batchers' max_queue for everyone.
+STREAM_CHECKS_IN_FLIGHT = 4
 
 
 class Route(Enum):
@@ -91,7 +102,7 @@ class ChatExchange:
 
     __slots__ = ("rt", "tl", "early_replies", "ctx", "route", "done", "request_done", "sentinel", "sentinel_task",
                  "sentinel_ms", "ungrounded_reason", "early_status", "early_reason", "content_encoding", "body_kind",
-                 "stream", "verdict", "rag_in_body")
+                 "stream", "verdict", "rag_in_body", "_stream_slots", "_stream_error")
 
     def __init__(self, rt: GatewayRuntime, early_replies: replies.EarlyReplies, http: pb.HttpHeaders) -> None:
         self.rt = rt
@@ -113,6 +124,8 @@ class ChatExchange:
         self.content_encoding = ""
         self.body_kind = BodyKind.UNKNOWN
         self.stream: SseStream | None = None  # the streamed answer's judge (extproc.gateway.streaming)
+        self._stream_slots: asyncio.Semaphore | None = None  # its sentence checks running at once
+        self._stream_error: BaseException | None = None  # a sentence check failed: the verdict is settled
         self.verdict: Verdict | None = None
         self.rag_in_body = False  # the request body holds the RAG field's name: it must not go upstream as is
 
@@ -331,7 +344,7 @@ class ChatExchange:
             self.stream = SseStream(self._check_sentence, self._stream_closing, hold_back=hold_back,
                                     early_stop=action == "block", threshold=d.threshold,
                                     max_hold_chars=self.tl.stream.max_hold_chars,
-                                    max_answer_chars=self.tl.max_body_bytes)
+                                    max_answer_chars=self._stream_answer_chars())
             early = () if action == "none" else streaming_headers(self._decision)
             # STREAMED: chunks reach us as they arrive; the builder also drops content-length
             return ev.response_headers_response(early, spoofed, ev.STREAMED_RESPONSE_MODE)
@@ -429,12 +442,30 @@ class ChatExchange:
                 out += content_delta_chunk(indices[pos], plan.warning, id=a.id, model=a.model, created=a.created)
         return out + verdict_chunk(verdict_payload(self.verdict), id=a.id, model=a.model, created=a.created)
 
+    def _stream_answer_chars(self) -> int:
+        """What a stream may carry and still be judged: max_body_bytes, and no more text than one request's
+        token budget would read (batching.max_request_tokens x MAX_CHARS_PER_TOKEN, the same bound a JSON answer
+        meets in the engine). Past it the stream passes untouched, keeps no text, and is unchecked/too_large."""
+        return min(self.tl.max_body_bytes, self.tl.batching.max_request_tokens * MAX_CHARS_PER_TOKEN)
+
     async def _check_sentence(self, sentence: str) -> DetectionResult:
         """One sentence of a streamed answer (detector and verifier: the surrogate's signals need the whole
-        answer, so streams go without them), under the inference timeout."""
-        ctx = self.ctx
-        return await asyncio.wait_for(self.rt.engine.detect(ctx.grounding, ctx.question, sentence, frozenset()),
-                                      self.rt.inference_timeout_s)
+        answer, so streams go without them), under the inference timeout. At most STREAM_CHECKS_IN_FLIGHT of
+        one stream run at once (a fast stream's sentences wait here, not in the batchers every request shares),
+        and once one failed (timeout, over budget, overloaded) the rest are not sent: the verdict says so."""
+        if self._stream_slots is None:
+            self._stream_slots = asyncio.Semaphore(STREAM_CHECKS_IN_FLIGHT)
+        async with self._stream_slots:
+            if self._stream_error is not None:
+                raise self._stream_error
+            ctx = self.ctx
+            try:
+                return await asyncio.wait_for(
+                    self.rt.engine.detect(ctx.grounding, ctx.question, sentence, frozenset()),
+                    self.rt.inference_timeout_s)
+            except (InferenceError, asyncio.TimeoutError) as exc:
+                self._stream_error = self._stream_error or exc
+                raise
 
     def _stream_closing(self, outcome: StreamOutcome) -> bytes:
         """The events that close a stream: [warning per flagged choice] [finish, when stopped early] verdict

@@ -19,6 +19,12 @@ class Overloaded(InferenceError):
     """The admission limit was hit: answer now instead of queueing forever."""
 
 
+# The request budget's cheap first check, before any tokenizing: text longer than this many characters per
+# token of batching.max_request_tokens is refused unread (English runs ~4 characters per token; only text like
+# a run of 100-character "words" packs more, and is refused by this check rather than counted).
+MAX_CHARS_PER_TOKEN = 8
+
+
 class TooLarge(InferenceError):
     """The request is over its token budget (batching.max_request_tokens): refused at once, before any
     model work, so one huge request cannot hold the models for everyone else."""

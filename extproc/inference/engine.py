@@ -19,7 +19,16 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from extproc.inference.api import Claim, DetectionResult, ModelInfo, ModelUnavailable, SentinelResult, Span, TooLarge
+from extproc.inference.api import (
+    MAX_CHARS_PER_TOKEN,
+    Claim,
+    DetectionResult,
+    ModelInfo,
+    ModelUnavailable,
+    SentinelResult,
+    Span,
+    TooLarge,
+)
 from extproc.inference.batcher import Batcher
 from extproc.inference.calibration import CALIBRATION_FILE, Calibration, CalibrationError, CalibrationSet, check_models
 from extproc.inference.latent_audit import AuditError, LatentAudit, audit_features
@@ -57,10 +66,6 @@ LATENT_AUDIT = "latent_audit"  # Mahalanobis distance of the answer's hidden sta
 LENS_EMERGENCE = "lens_emergence"  # logit lens: how early the surrogate's layers predict the answer tokens
 CONTEXT_MMD = "context_mmd"  # MMD of next-token distributions under the real vs another request's passages
 RESERVOIR_CHARS = 8000  # per kept context: enough for the surrogate's window, bounded memory
-# The request budget's cheap first check, before any tokenizing: text longer than this many characters per
-# token of max_request_tokens is refused unread (English runs ~4 characters per token; only text like a
-# run of 100-character "words" packs more, and is refused by this check rather than counted).
-MAX_CHARS_PER_TOKEN = 8
 
 
 class _Budget:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
@@ -164,4 +165,63 @@ async def test_an_answer_over_the_token_budget_passes_untouched_as_too_large() -
     ex.response_headers(resp_headers("text/event-stream").response_headers)
     for c in completion_sse_chunks("The tower is 330 metres tall. It opened in 1889.", "m"):
         await ex.response_body(resp_body(c, eos=False).response_body)
+    assert ex.verdict.status is Status.UNCHECKED and ex.verdict.reason == "too_large"
+
+
+class _CountingEngine(ScriptedTestEngine):
+    """Sentence checks that fail with `fail` after the first one, tracking how many run at once."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        super().__init__()
+        self.fail, self.running, self.most = fail, 0, 0
+
+    async def detect(self, context, question, answer, signals=None):
+        self.calls.append(("detect", answer))
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await asyncio.sleep(0.01)
+            if self.fail is not None:
+                raise self.fail
+            return await super().detect(context, question, answer, signals)
+        finally:
+            self.running -= 1
+
+
+async def _stream_through(engine, answer: str) -> ChatExchange:
+    ex, _ = exchange(engine=engine)
+    ex.request_body(req_body(CHAT).request_body)
+    await ex.await_sentinel()
+    ex.response_headers(resp_headers("text/event-stream").response_headers)
+    for c in completion_sse_chunks(answer, "m", words_per_chunk=50):
+        await ex.response_body(resp_body(c, eos=False).response_body)
+    return ex
+
+
+async def test_a_stream_runs_few_checks_at_once_and_none_after_one_failed() -> None:
+    """#19: a fast 4 MB stream scheduled one check per sentence at once (thousands), filling the shared batchers:
+    now at most STREAM_CHECKS_IN_FLIGHT run, and after a failure (over budget, overloaded) none is sent."""
+    from extproc.gateway.exchange import STREAM_CHECKS_IN_FLIGHT
+    from extproc.inference.api import TooLarge
+
+    answer = "The tower is 330 metres tall. " * 200
+    engine = _CountingEngine()
+    ex = await _stream_through(engine, answer)
+    assert ex.verdict.status is Status.CHECKED
+    assert len(engine.calls) >= 100 and engine.most <= STREAM_CHECKS_IN_FLIGHT
+
+    engine = _CountingEngine(fail=TooLarge("over max_request_tokens"))
+    ex = await _stream_through(engine, answer)
+    assert ex.verdict.status is Status.UNCHECKED and ex.verdict.reason == "too_large"
+    assert len([c for c in engine.calls if c[0] == "detect"]) <= STREAM_CHECKS_IN_FLIGHT
+
+
+async def test_a_stream_longer_than_the_token_budget_passes_as_too_large() -> None:
+    ex, _ = exchange({"truthlens": {"batching": {"max_request_tokens": 512}}})
+    ex.request_body(req_body(CHAT).request_body)
+    await ex.await_sentinel()
+    ex.response_headers(resp_headers("text/event-stream").response_headers)
+    chunks = completion_sse_chunks("The tower is 330 metres tall. " * 200, "m", words_per_chunk=50)  # 6000 chars
+    outs = [r for c in chunks for r in await ex.response_body(resp_body(c, eos=False).response_body)]
+    assert len(outs) == len(chunks)
     assert ex.verdict.status is Status.UNCHECKED and ex.verdict.reason == "too_large"

@@ -166,3 +166,41 @@ async def test_abandon_counts_the_chunks_still_owed_a_reply() -> None:
     assert await s.feed(chunks[2], False) == []
     assert s.abandon() == 2
     assert await s.feed(chunks[3], False) == [None]  # from now on everything passes unchanged
+
+
+async def test_a_huge_stream_is_held_in_bounded_memory() -> None:
+    """#19 item 3: a 30 MB streamed answer took the sidecar from 199 MB to a 4.4 GB peak. Past max_answer_chars
+    the stream keeps nothing (text, events, checks): what it holds is bounded by the cap, not the stream."""
+    import json
+    import tracemalloc
+
+    cap = 256 * 1024
+    checks, outcomes = Checks(), []
+    s = stream(checks, outcomes, hold_back=True, max_answer_chars=cap)
+    words = "The tower is 330 metres tall and it opened in 1889. " * 20  # ~1 KB of text per event
+
+    def chunk(i: int) -> bytes:
+        delta = {"id": "c", "object": "chat.completion.chunk", "model": "m",
+                 "choices": [{"index": 0, "delta": {"content": words}, "finish_reason": None}]}
+        return b"data: " + json.dumps(delta).encode() + b"\n\n"
+
+    total = 0
+    tracemalloc.start()
+    try:
+        for i in range(30 * 1024):  # ~30 MB of events, fed and answered one chunk at a time
+            data = chunk(i)
+            total += len(data)
+            replies = await s.feed(data, False)
+            assert all(r is None for r in replies)  # passed through unchanged
+            if i == 1000:  # ~1 MB in, 4x past the cap: from here on nothing may grow
+                at_cap, _ = tracemalloc.get_traced_memory()
+                tracemalloc.reset_peak()
+        end = await s.feed(b"data: [DONE]\n\n", True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert total > 30 * 1024 * 1024
+    assert outcomes[0].too_large and end[-1] is not None and end[-1].startswith(CLOSE)
+    assert peak - at_cap < 256 * 1024, f"{peak - at_cap} bytes more traced while 29 MB streamed past the cap"
+    assert at_cap < 64 * cap  # what the first cap's worth of sentences left (their checks' results)
+    assert len(s.assembler.text(0) or "") == 0 and not s._pending and not s._events
