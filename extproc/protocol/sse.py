@@ -106,7 +106,7 @@ class SSEParser:
                     self._block_start += 1
                 self._pos += 1
                 chunk = chunk[1:]
-        if self._tail and b"\n" not in chunk and b"\r" not in chunk:
+        if self._tail and self._tail != b"\r" and b"\n" not in chunk and b"\r" not in chunk:
             self._tail += chunk  # a long line arriving in pieces: append, do not rescan
             return events
         data = bytes(self._tail) + chunk if self._tail else chunk

@@ -193,3 +193,21 @@ def test_brotli_bomb_stops_at_the_cap_without_decoding_the_rest() -> None:
     assert decode_body(brotli.compress(b'{"ok": 1}'), "br", 100) == b'{"ok": 1}'
     with pytest.raises(EncodingError):
         decode_body(brotli.compress(b"x" * 1000)[:-3], "br", 10_000)  # truncated
+
+
+def test_fuzz_findings_stay_fixed() -> None:
+    """What `python -m bench.fuzz` found: a surrogate's raw CESU bytes (json.loads reads bytes with
+    surrogatepass), and a held blank-line CR followed by a chunk without a line break."""
+    assert parse_chat_request(b'{"messages":[{"role":"user","content":"a\xed\xa0\x80"}]}').question == "a\ufffd"
+    assert parse_chat_response(b'{"choices":[{"message":{"content":"\xed\xbf\xbf"}}]}').answers == ("\ufffd",)
+    p = SSEParser()
+    assert p.feed(b"data: x\r\r") == []
+    [event] = p.feed(b"\xff")  # not an LF: the held CR was a line end of its own
+    assert (event.data, event.end) == ("x", 9) and p.feed(b"") == []
+
+
+def test_a_short_fuzz_run_finds_nothing() -> None:
+    from bench.fuzz import run
+
+    r = run(3000, seed=7)
+    assert r["crash_total"] == 0, r["samples"]
