@@ -113,3 +113,20 @@ def test_production_normalizes_paths_and_drops_upstream_verdict_headers() -> Non
         assert names == ["envoy.filters.http.ext_proc", "envoy.filters.http.header_mutation", "envoy.filters.http.router"]
         mutation = hcm["http_filters"][1]["typed_config"]["mutations"]["response_mutations"]
         assert mutation == [{"remove_on_match": {"key_matcher": {"prefix": "x-truthlens-"}}}]
+
+
+def test_fail_closed_replies_carry_an_openai_error_body_in_production_and_the_chart() -> None:
+    """#19 item 10: Envoy's own 5xx replies (a fail-closed route's sidecar failure among them) carry an OpenAI-style
+    error body and retry-after, the same in envoy/production.yaml and the chart (tests/deploy/test_envoy_failure_modes
+    checks the reply on a real Envoy)."""
+    from tests.deploy.support import find, helm_template
+
+    prod = _hcm(_production()["static_resources"]["listeners"][0])["local_reply_config"]
+    chart_cfg = yaml.safe_load(find(helm_template(), "ConfigMap", "-envoy")["data"]["envoy.yaml"])
+    listener = next(li for li in chart_cfg["static_resources"]["listeners"]
+                    if _hcm(li).get("stat_prefix") == "llm_ingress")
+    assert _hcm(listener)["local_reply_config"] == prod
+    (mapper,) = prod["mappers"]
+    assert mapper["filter"]["status_code_filter"]["comparison"]["op"] == "GE"
+    assert mapper["body_format_override"]["json_format"]["error"]["type"] == "truthlens_unavailable"
+    assert mapper["headers_to_add"][0]["header"] == {"key": "retry-after", "value": "1"}

@@ -124,6 +124,17 @@ def test_clinical_host_fails_closed_with_503(envoy_without_sidecar: dict[str, in
     assert resp.status_code == 503
 
 
+def test_a_fail_closed_reply_carries_an_openai_style_error_and_retry_after(envoy_without_sidecar: dict[str, int]) -> None:
+    """#19 item 10: a sidecar kill turned queued fail-closed requests into empty-body 5xx; clients (OpenAI SDKs)
+    need an error object to show and a retry-after to back off on."""
+    resp = _post(envoy_without_sidecar, "clinical-llm.example.com")
+    assert resp.status_code == 503 and resp.headers["content-type"].startswith("application/json")
+    assert resp.headers["retry-after"] == "1"
+    error = resp.json()["error"]
+    assert error["type"] == "truthlens_unavailable" and "ext_proc" in error["message"]
+    assert str(error["code"]) == "503"
+
+
 def test_non_chat_routes_skip_ext_proc_even_when_fail_closed(envoy_without_sidecar: dict[str, int]) -> None:
     resp = _post(envoy_without_sidecar, "clinical-llm.example.com", path="/v1/embeddings")
     assert resp.status_code == 200 and resp.json()["path"] == "/v1/embeddings"

@@ -29,6 +29,25 @@ typed_config:
   stat_prefix: llm_ingress
   codec_type: AUTO
   use_remote_address: true
+  # Replies Envoy makes itself (a fail-closed route whose sidecar failed or stalled past message_timeout,
+  # no healthy upstream, an upstream timeout) carry an OpenAI-style error body and retry-after: 1, which
+  # OpenAI SDKs honour with backoff, instead of an empty 5xx (#19). Answers from the upstream are never
+  # touched: local replies only.
+  local_reply_config:
+    mappers:
+    - filter:
+        status_code_filter:
+          comparison: {op: GE, value: {default_value: 500, runtime_key: truthlens.local_reply_error_status}}
+      headers_to_add:
+      - header: {key: retry-after, value: "1"}
+        append_action: OVERWRITE_IF_EXISTS_OR_ADD
+      body_format_override:
+        json_format:
+          error:
+            message: "The gateway could not complete this request (%RESPONSE_CODE_DETAILS%); retry shortly."
+            type: truthlens_unavailable
+            code: "%RESPONSE_CODE%"
+            param: null
   stream_idle_timeout: 300s
   request_timeout: 0s
   common_http_protocol_options:
