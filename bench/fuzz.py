@@ -344,13 +344,13 @@ def run(inputs: int, seed: int, progress: bool = False) -> dict[str, Any]:
             "brotli": brotli is not None}
 
 
-def report(r: dict[str, Any], cmd: str) -> str:
+def report(r: dict[str, Any], cmd: str, machine_line: str) -> str:
     rows = "\n".join(f"| `{n}` | {r['per_target'].get(n, 0):,} | {r['crashes'].get(n, 0)} |" for n in TARGETS)
     samples = "\n".join(f"- `{s['target']}` input {s['input_index']}: `{s['error']}`" for s in r["samples"]) or "none"
     return f"""# Fuzz run: hostile-input contracts (#19)
 
 Command: `{cmd}`
-Machine: {machine()}
+Machine: {machine_line}
 Commit: {git_commit()}; seed {r['seed']}; brotli module {'installed' if r['brotli'] else 'absent (br inputs are random bytes)'}
 
 **{r['inputs']:,} inputs, {r['crash_total']} crashes**, {r['seconds']:,} s ({r['inputs'] / max(r['seconds'], 1e-9):,.0f} inputs/s).
@@ -373,10 +373,11 @@ def main() -> int:
     p.add_argument("--out", default=str(RESULTS / "fuzz.md"))
     p.add_argument("--progress", action="store_true", help="a line on stderr every 100,000 inputs")
     args = p.parse_args()
+    machine_line = machine()  # the load average before the run
     r = run(args.inputs, args.seed, args.progress)
     cmd = command("bench.fuzz")
-    r["command"] = cmd
-    write_results(args.out, report(r, cmd), r)
+    r["command"], r["machine"] = cmd, machine_line
+    write_results(args.out, report(r, cmd, machine_line), r)
     print(f"{r['inputs']} inputs, {r['crash_total']} crashes, {r['seconds']} s -> {args.out}")
     return 1 if r["crash_total"] else 0
 
