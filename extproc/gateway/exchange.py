@@ -172,6 +172,10 @@ class ChatExchange:
                 return self._refuse(400, UncheckedReason.BAD_JSON, f"the request body is not a JSON object ({exc}) "
                                     f"and carries '{rag_field}', which the gateway must remove", rag_field,
                                     "invalid_json")
+            if rag_field is not None and self._compressed_request_carries(body, rag_field):
+                return self._refuse(400, UncheckedReason.BAD_JSON, f"a compressed request body cannot carry "
+                                    f"'{rag_field}' (the gateway must remove it): send the request uncompressed",
+                                    rag_field, "compressed_truthlens_context")
             return self._request_unchecked(UncheckedReason.BAD_JSON)
         ctx.question, ctx.system_prompt, ctx.grounding = chat.question, chat.system_prompt, chat.context
         decision = self._decide(chat.question)
@@ -188,6 +192,20 @@ class ChatExchange:
         ctx.mark("request", t0)
         self.request_done = True
         return reply
+
+    def _compressed_request_carries(self, body: bytes, rag_field: str) -> bool:
+        """The client compressed the request (rare: OpenAI clients do not) and the RAG field is inside.
+
+        Decoded on the loop, capped at the gRPC message size: it runs only for a request body that is
+        not JSON and says it is compressed. Undecodable bodies are forwarded (the upstream cannot read
+        them either), and so are ones whose decoded form is over the cap (docs/gateway.md)."""
+        coding = self.ctx.request_headers.get("content-encoding", "").strip().lower()
+        if coding in ("", "identity"):
+            return False
+        try:
+            return rag_field.encode() in decode_body(body, coding, self.rt.config.server.max_message_bytes)
+        except EncodingError:
+            return False
 
     def _request_unchecked(self, reason: UncheckedReason, body: bytes | None = None) -> pb.ProcessingResponse:
         """Not judged; `body`: forward this instead (the original without the RAG field)."""

@@ -312,3 +312,11 @@ def test_lone_surrogates_are_judged_not_errors(gateway: Gateway) -> None:
     r = post(gateway, raw, headers={"x-demo-script": "surrogate"})
     assert last_upstream(gateway).body == b'{"model":"m","messages":[{"role":"user","content":"Where? \\ud800"}]}'
     assert (r.headers["x-truthlens-status"], r.headers["x-truthlens-detected"]) == ("checked", "true")
+
+
+def test_compressed_request_carrying_the_rag_field_is_refused(gateway: Gateway) -> None:
+    before = len(gateway.upstream.requests)
+    r = post(gateway, gzip.compress(json.dumps(chat("How tall?", rag=["doc"])).encode()),
+             headers={"content-encoding": "gzip"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "truthlens_context"
+    assert len(gateway.upstream.requests) == before

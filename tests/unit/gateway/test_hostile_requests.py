@@ -129,3 +129,17 @@ async def test_compressed_answers_are_decoded_off_the_event_loop(monkeypatch: py
                                       resp_body(answer)])
     assert set_headers(replies[3].response_body.response)["x-truthlens-status"] == "checked"
     assert threads and threads[0] != threading.main_thread().name
+
+
+async def test_compressed_request_carrying_the_rag_field_is_refused() -> None:
+    """The field inside a gzip request body cannot be removed: refused, not forwarded compressed."""
+    import gzip
+
+    body = gzip.compress(json.dumps(CHAT).encode())
+    replies = await drive(service(), [req_headers({"content-encoding": "gzip"}), raw_body(body), resp_headers()])
+    assert len(replies) == 2 and replies[1].immediate_response.status.code == 400
+    err = json.loads(replies[1].immediate_response.body)["error"]
+    assert (err["param"], err["code"]) == ("truthlens_context", "compressed_truthlens_context")
+    plain = gzip.compress(json.dumps({k: v for k, v in CHAT.items() if k != "truthlens_context"}).encode())
+    replies = await drive(service(), [req_headers({"content-encoding": "gzip"}), raw_body(plain), resp_headers()])
+    assert forwarded(replies[1]) is None  # without the field: forwarded as before, unchecked
