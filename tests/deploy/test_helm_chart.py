@@ -365,3 +365,12 @@ def test_listen_on_pod_ip_brings_back_grpc_probes_and_direct_metrics(tmp_path: P
 def test_gateway_mode_listens_on_the_pod_ip(tmp_path: Path) -> None:
     cfg = yaml.safe_load(check_config(_config_from(helm_template(*GATEWAY), tmp_path)).stdout)
     assert cfg["server"]["grpc_address"] == "0.0.0.0:50051"
+
+
+
+def test_gateway_routes_send_every_chat_spelling_to_the_sidecar() -> None:
+    """#19 in gateway mode: odd spellings of the chat path (case, %-escapes, ;params) reach the sidecar."""
+    routes = {d["metadata"]["name"]: d for d in yaml.safe_load_all((ROOT / "k8s" / "gateway" / "httproutes.yaml").read_text())
+              if d and d["kind"] == "HTTPRoute"}
+    chat = routes["llm-chat-completions"]["spec"]["rules"][0]["matches"]
+    assert {"path": {"type": "RegularExpression", "value": "/(?i:.*(completions|%).*)"}} in chat
