@@ -175,6 +175,10 @@ class SignalsConfig:
     lens_emergence: bool = False  # LUMINA logit-lens signal (needs a calibration fit using it)
     context_mmd: bool = False  # LUMINA MMD vs other requests' passages (needs a calibration fit using it)
     reservoir_size: int = _bounded(64, 1)  # recent requests' passages kept in memory for context_mmd
+    # ask the upstream for its token logprobs when the client did not (they are taken out of the response again);
+    # reported per answer (x-truthlens-upstream-*), not fused: no labelled data carries them yet
+    upstream_logprobs: bool = False
+    upstream_top_logprobs: int = _bounded(5, 0, 20)  # alternatives per token asked for (entropy needs >= 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +345,7 @@ class TruthLensPluginConfig:
     signals: tuple[Signal, ...] | None = None
     check_when_grounded: bool | None = None  # overrides truthlens.grounding.check_when_grounded
     hold_back: HoldBack | None = None  # overrides truthlens.stream.hold_back
+    upstream_logprobs: bool | None = None  # overrides truthlens.signals.upstream_logprobs
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ byte-identical, marked unchecked with a reason.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from enum import Enum
@@ -42,6 +43,7 @@ from extproc.inference.api import (
     TooLarge,
 )
 from extproc.inference.templates import sentinel_prompt
+from extproc.inference.upstream import upstream_signals
 from extproc.policy.actions import ActionPlan, plan_actions, streaming_headers
 from extproc.policy.decisions import Decision
 from extproc.policy.verdict import (
@@ -55,12 +57,20 @@ from extproc.policy.verdict import (
 )
 from extproc.protocol import envoy as ev
 from extproc.protocol.encoding import BodyTooLarge, EncodingError, decode_body
+from extproc.protocol.logprobs import (
+    TokenLogprob,
+    ask_for_logprobs,
+    choice_logprobs,
+    strip_choice_logprobs,
+    strip_event_logprobs,
+)
 from extproc.protocol.openai import (
     ProtocolError,
     RagFieldError,
     append_to_choices,
     parse_chat_request,
     parse_chat_response,
+    read_json,
 )
 from extproc.protocol.paths import is_chat_path
 from extproc.protocol.sse import DONE_EVENT, ChatStreamRelay, content_delta_chunk, finish_chunk, verdict_chunk
@@ -102,7 +112,7 @@ class ChatExchange:
 
     __slots__ = ("rt", "tl", "early_replies", "ctx", "route", "done", "request_done", "sentinel", "sentinel_task",
                  "sentinel_ms", "ungrounded_reason", "early_status", "early_reason", "content_encoding", "body_kind",
-                 "stream", "verdict", "rag_in_body", "_stream_slots", "_stream_error")
+                 "stream", "verdict", "rag_in_body", "logprobs_asked", "upstream_tokens", "_stream_slots", "_stream_error")
 
     def __init__(self, rt: GatewayRuntime, early_replies: replies.EarlyReplies, http: pb.HttpHeaders) -> None:
         self.rt = rt
@@ -128,6 +138,8 @@ class ChatExchange:
         self._stream_error: BaseException | None = None  # a sentence check failed: the verdict is settled
         self.verdict: Verdict | None = None
         self.rag_in_body = False  # the request body holds the RAG field's name: it must not go upstream as is
+        self.logprobs_asked = False  # we asked the upstream for logprobs: they come out of the response again
+        self.upstream_tokens: dict[int, list[TokenLogprob]] = {}  # the upstream's token logprobs per choice
 
     # ---- request headers ------------------------------------------------------------------
 
@@ -179,7 +191,12 @@ class ChatExchange:
             return self._request_unchecked(UncheckedReason.BAD_JSON)
         ctx.question, ctx.system_prompt, ctx.grounding = chat.question, chat.system_prompt, chat.context
         decision = self._decide(chat.question)
-        reply = ev.request_body_response(chat.upstream_body)
+        upstream_body = chat.upstream_body
+        if decision.enabled and decision.upstream_logprobs:
+            asked = ask_for_logprobs(upstream_body or body, self.tl.signals.upstream_top_logprobs)
+            if asked is not None:  # the client did not ask: we do, and take them out of the answer again
+                upstream_body, self.logprobs_asked = asked, True
+        reply = ev.request_body_response(upstream_body)
         if decision.mode != "lightweight":  # standard/premium re-ask with the original messages
             ctx.request_body = chat.upstream_body or body
         if not decision.enabled:
@@ -362,7 +379,9 @@ class ChatExchange:
             self.stream = SseStream(self._check_sentence, self._stream_closing, hold_back=hold_back,
                                     early_stop=action == "block", threshold=d.threshold,
                                     max_hold_chars=self.tl.stream.max_hold_chars,
-                                    max_answer_chars=self._stream_answer_chars())
+                                    max_answer_chars=self._stream_answer_chars(),
+                                    on_event=self._event_logprobs if d.upstream_logprobs else None,
+                                    rewrite=strip_event_logprobs if self.logprobs_asked else None)
             early = () if action == "none" else streaming_headers(self._decision)
             # STREAMED: chunks reach us as they arrive; the builder also drops content-length
             return ev.response_headers_response(early, spoofed, ev.STREAMED_RESPONSE_MODE)
@@ -398,6 +417,12 @@ class ChatExchange:
         new_body: bytes | None = None
         if text is not None and verdict.actionable and self._wants_mitigation():
             self.verdict, new_body = await self.rt.mitigator.mitigate(self.ctx, text, verdict)
+        if text is not None and self._decision.upstream_logprobs:
+            self._read_logprobs(text)
+            self.verdict = self._with_upstream(self.verdict)
+            if self.logprobs_asked:
+                stripped = strip_choice_logprobs(new_body or text)
+                new_body = stripped if stripped != (new_body or text) else new_body
         plan = self._plan(self.verdict)
         if plan.block is not None:
             return ev.immediate_response(plan.block.status, plan.block.headers, plan.block.body)
@@ -501,7 +526,7 @@ class ChatExchange:
         else:
             ctx.answers = tuple(a.text(i) for i in a.indices())
             ctx.choice_results = outcome.results
-            self.verdict = worst_choice_verdict(d, outcome.results, ctx.spent_ms)
+            self.verdict = self._with_upstream(worst_choice_verdict(d, outcome.results, ctx.spent_ms))
         meta = {"id": a.id, "model": a.model, "created": a.created}
         out = b""
         if d.action != "none":
@@ -542,6 +567,29 @@ class ChatExchange:
         by_choice = {i: r for (i, _), r in zip(todo, results)}
         ctx.answers, ctx.choice_results = tuple(answers), by_choice
         return worst_choice_verdict(d, by_choice, ctx.spent_ms), by_choice
+
+    def _read_logprobs(self, text: bytes) -> None:
+        try:
+            obj = read_json(text)
+        except (ValueError, RecursionError):
+            return
+        for i, tokens in choice_logprobs(obj).items():
+            self.upstream_tokens.setdefault(i, []).extend(tokens)
+
+    def _event_logprobs(self, data: str) -> None:
+        """SseStream's on_event: the logprobs of one streamed chunk."""
+        if '"logprobs"' in data:
+            self._read_logprobs(data.encode())
+
+    def _with_upstream(self, verdict: Verdict) -> Verdict:
+        """The upstream's own logprobs of the judged (worst) choice, on a finished check."""
+        results = self.ctx.choice_results
+        if verdict.status is not Status.CHECKED or not self.upstream_tokens or not results:
+            return verdict
+        worst = max(results, key=lambda i: results[i].score)
+        tokens = self.upstream_tokens.get(worst)
+        signals = upstream_signals([(t.logprob, t.top) for t in tokens]) if tokens else None
+        return dataclasses.replace(verdict, upstream=signals) if signals is not None else verdict
 
     def _unchecked_reason(self, exc: BaseException) -> UncheckedReason:
         """Why a detection that raised leaves the answer unchecked."""

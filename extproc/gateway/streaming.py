@@ -31,6 +31,7 @@ from extproc.inference.spans import answer_sentences
 from extproc.protocol.sse import DONE, ChatStreamAssembler, SSEParser
 
 Check = Callable[[str], Awaitable[DetectionResult]]
+Rewrite = Callable[[bytes], bytes]  # an event block -> what to send instead (the same bytes: unchanged)
 _SPACE = re.compile(r"\s*")
 
 
@@ -54,10 +55,27 @@ class _Chunk:
     data: bytes
     start: int  # absolute stream offset of data[0]
     text_end: dict[int, int]  # per choice: answer characters complete once this chunk's events are read
+    edits: list[tuple[int, int, bytes]] = field(default_factory=list)  # (from, to, new bytes) inside data
+    # a rewritten event starts in this chunk and ends in the next: its new bytes go with the next chunk's
+    # reply, so the two replies must go together (back to back: nothing waits in between)
+    joins_next: bool = False
 
     @property
     def end(self) -> int:
         return self.start + len(self.data)
+
+    def between(self, a: int, b: int) -> bytes:
+        """data[a:b] with the edits inside it applied (edits never straddle a or b: both are event bounds)."""
+        out, pos = bytearray(), a
+        for lo, hi, new in self.edits:
+            if a <= lo and hi <= b:
+                out += self.data[pos:lo] + new
+                pos = hi
+        return bytes(out + self.data[pos:b])
+
+    def reply(self) -> bytes | None:
+        """What answers this chunk when nothing is inserted: None (unchanged) unless events were rewritten."""
+        return self.between(0, len(self.data)) if self.edits else None
 
 
 @dataclass(slots=True)
@@ -85,8 +103,13 @@ class SseStream:
     """
 
     def __init__(self, check: Check, closing: Closing, *, hold_back: bool, early_stop: bool, threshold: float,
-                 max_hold_chars: int, max_answer_chars: int) -> None:
+                 max_hold_chars: int, max_answer_chars: int, on_event: Callable[[str], None] | None = None,
+                 rewrite: Rewrite | None = None) -> None:
         self._check, self._closing = check, closing
+        # on_event: each complete event's data (the caller reads what it needs, e.g. logprobs); rewrite: each
+        # complete event block (an event split across chunks is rewritten whole into the reply of the chunk
+        # where it ends, and the chunks it spans are answered together)
+        self._on_event, self._rewrite = on_event, rewrite
         self.hold_back, self.early_stop, self.threshold = hold_back, early_stop, threshold
         self.max_hold_chars, self.max_answer_chars = max_hold_chars, max_answer_chars
         self.parser = SSEParser()
@@ -151,7 +174,12 @@ class SseStream:
         start = self._received
         self._received += len(data)
         a = self.assembler
+        chunk = _Chunk(data, start, {})
         for event in self.parser.feed(data):
+            if self._on_event is not None:
+                self._on_event(event.data)
+            if self._rewrite is not None:
+                self._rewrite_event(chunk, event.start, event.end)
             before = {i: a.text_length(i) for i in a.indices()}
             a.add(event)
             if self._done_at is None and a.done and event.data.strip() == DONE:
@@ -164,9 +192,25 @@ class SseStream:
         if not self._too_large and a.chars > self.max_answer_chars:
             self._too_large = True  # past the cap nothing more is checked or kept; the verdict says too_large
             self.cancel()
+            for c in self._choices.values():
+                c.checks.clear()
             a.drop_text()
             self._events.clear()
-        self._pending.append(_Chunk(data, start, {i: a.text_length(i) for i in a.indices()}))
+        chunk.text_end = {i: a.text_length(i) for i in a.indices()}
+        self._pending.append(chunk)
+
+    def _rewrite_event(self, chunk: _Chunk, lo: int, hi: int) -> None:
+        """Record the rewrite of the event block [lo, hi) (absolute), which ends in `chunk`."""
+        spanned = [c for c in self._pending if c.end > lo]  # earlier chunks holding its start (never answered:
+        block = b"".join(c.data[max(lo - c.start, 0):] for c in spanned)  # their last event was incomplete)
+        block += chunk.data[max(lo - chunk.start, 0):hi - chunk.start]
+        new = self._rewrite(block)
+        if new == block:
+            return
+        for c in spanned:
+            c.edits.append((max(lo - c.start, 0), len(c.data), b""))
+            c.joins_next = True
+        chunk.edits.append((max(lo - chunk.start, 0), hi - chunk.start, new))
 
     def _schedule(self, finished: bool) -> None:
         """Start a check for every sentence that is complete now (each sentence once)."""
@@ -216,10 +260,16 @@ class SseStream:
                    for i, end in chunk.text_end.items())
 
     def _release(self) -> list[bytes | None]:
+        n = 0
+        for k, chunk in enumerate(self._pending):
+            if not self._releasable(chunk):
+                break
+            if not chunk.joins_next:
+                n = k + 1
         out: list[bytes | None] = []
-        while self._pending and self._releasable(self._pending[0]):
+        for _ in range(n):
             chunk = self._pending.popleft()
-            out.append(None)
+            out.append(chunk.reply())
             self._forget_events(chunk.end)
         return out
 
@@ -253,9 +303,9 @@ class SseStream:
             chunk = self._pending.popleft()
             end = chunk.end
             if end <= cut:
-                out.append(None)
+                out.append(chunk.reply())
             elif chunk.start <= cut:
-                out.append(chunk.data[: cut - chunk.start] + closing)
+                out.append(chunk.between(0, cut - chunk.start) + closing)
                 closing = b""
             else:
                 out.append(b"")
@@ -282,12 +332,12 @@ class SseStream:
             end = chunk.end
             if closing and chunk.start <= at <= end and (at < end or not self._pending):
                 pos = at - chunk.start
-                out.append(chunk.data[:pos] + closing + chunk.data[pos:])
+                out.append(chunk.between(0, pos) + closing + chunk.between(pos, len(chunk.data)))
                 closing = b""
             elif closing and not self._pending:  # the insertion point went out already: close at the end
-                out.append(chunk.data + closing)
+                out.append(chunk.between(0, len(chunk.data)) + closing)
             else:
-                out.append(None)
+                out.append(chunk.reply())
         self._events.clear()
         return out
 

@@ -93,6 +93,7 @@ def response_headers(verdict: Verdict) -> Headers:
         if verdict.signals:
             out.append(("x-truthlens-signals", ",".join(verdict.signals)))
         out += mitigation_headers(verdict)
+        out += upstream_headers(verdict)
     out += [
         ("x-truthlens-iterations", str(verdict.iterations)),
         (LATENCY_HEADER, latency_header_value(verdict.latency_ms)),
@@ -112,6 +113,18 @@ def mitigation_headers(verdict: Verdict) -> list[tuple[str, str]]:
             out.append(("x-truthlens-refine-rejected", ",".join(verdict.refine_rejected)))
     if verdict.verifiers is not None:
         out.append(("x-truthlens-verifiers", f"{verdict.verifiers[0]}/{verdict.verifiers[1]}"))
+    return out
+
+
+def upstream_headers(verdict: Verdict) -> list[tuple[str, str]]:
+    """The upstream's own token logprobs for the judged answer (when the decision asked for them)."""
+    u = verdict.upstream
+    if u is None:
+        return []
+    out = [("x-truthlens-upstream-tokens", str(u.tokens)), ("x-truthlens-upstream-logprob", f"{u.mean_logprob:.4f}"),
+           ("x-truthlens-upstream-min-logprob", f"{u.min_logprob:.4f}")]
+    if u.mean_entropy is not None:
+        out.append(("x-truthlens-upstream-entropy", f"{u.mean_entropy:.4f}"))
     return out
 
 

@@ -47,6 +47,7 @@ class Decision:
     signals: frozenset[str] | None = None  # white-box signals allowed here; None = all that are on globally
     check_when_grounded: bool = True  # a request with documents skips the sentinel and is always checked
     hold_back: str = "none"  # streams: none | sentence (truthlens.stream.hold_back)
+    upstream_logprobs: bool = False  # ask the upstream for its token logprobs (truthlens.signals.upstream_logprobs)
 
 
 def normalize_host(authority: str) -> str:
@@ -96,7 +97,8 @@ def effective_decision(tl: TruthLensConfig, d: DecisionConfig | None) -> Decisio
     grounded = tl.grounding.check_when_grounded
     if d is None:
         return Decision(None, tl.enabled, tl.default_mode, tl.thresholds.response, tl.default_action,
-                        check_when_grounded=grounded, hold_back=tl.stream.hold_back)
+                        check_when_grounded=grounded, hold_back=tl.stream.hold_back,
+                        upstream_logprobs=tl.signals.upstream_logprobs)
     p = d.plugins.truthlens
     return Decision(
         name=d.name,
@@ -107,6 +109,7 @@ def effective_decision(tl: TruthLensConfig, d: DecisionConfig | None) -> Decisio
         signals=None if p.signals is None else frozenset(p.signals),
         check_when_grounded=grounded if p.check_when_grounded is None else p.check_when_grounded,
         hold_back=tl.stream.hold_back if p.hold_back is None else p.hold_back,
+        upstream_logprobs=tl.signals.upstream_logprobs if p.upstream_logprobs is None else p.upstream_logprobs,
     )
 
 

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Mapping, Sequence
 
 from extproc.inference.api import DetectionResult, Span
+from extproc.inference.upstream import UpstreamSignals
 from extproc.policy.decisions import Decision
 
 
@@ -62,6 +63,7 @@ class Verdict:              # because one is built per request and frozen constr
     refined: bool | None = None  # standard: a rewrite replaced the answer
     refine_rejected: tuple[str, ...] = ()  # standard: why rewrites were not taken (policy.refinement reasons)
     verifiers: tuple[int, int] | None = None  # premium: (verifiers that answered, verifiers asked)
+    upstream: UpstreamSignals | None = None  # the writer's own token logprobs (worst choice), when asked for
 
     @property
     def enabled(self) -> bool:
@@ -171,6 +173,11 @@ def verdict_payload(v: Verdict) -> dict[str, object]:
             for s in v.spans
         ]
     out.update(mitigation_facts(v))
+    if v.upstream is not None:
+        u = v.upstream
+        out["upstream"] = {"tokens": u.tokens, "mean_logprob": round(u.mean_logprob, 4),
+                           "min_logprob": round(u.min_logprob, 4),
+                           "mean_entropy": None if u.mean_entropy is None else round(u.mean_entropy, 4)}
     return out
 
 

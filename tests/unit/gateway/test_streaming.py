@@ -204,3 +204,19 @@ async def test_a_huge_stream_is_held_in_bounded_memory() -> None:
     assert peak - at_cap < 256 * 1024, f"{peak - at_cap} bytes more traced while 29 MB streamed past the cap"
     assert at_cap < 64 * cap  # what the first cap's worth of sentences left (their checks' results)
     assert len(s.assembler.text(0) or "") == 0 and not s._pending and not s._events
+
+
+async def test_a_rewritten_event_split_across_chunks_goes_whole_with_the_chunk_where_it_ends() -> None:
+    from extproc.protocol.logprobs import strip_event_logprobs
+
+    ev = (b'data: {"choices":[{"index":0,"delta":{"content":"It is tall."},'
+          b'"logprobs":{"content":[]},"finish_reason":null}]}\n\n')
+    done = b"data: [DONE]\n\n"
+    s = SseStream(Checks(), lambda o: CLOSE, hold_back=False, early_stop=False, threshold=0.5, max_hold_chars=600,
+                  max_answer_chars=1 << 20, rewrite=strip_event_logprobs)
+    pieces = [ev[:20], ev[20:50], ev[50:] + done]
+    replies = await run(s, pieces)
+    assert replies[0] == [] and replies[1] == []  # the event is not complete: nothing is answered yet
+    out = replies[2]
+    assert out[:2] == [b"", b""]  # its first parts go with the chunk where it ends, all three answered together
+    assert out[2] == strip_event_logprobs(ev) + CLOSE + done
