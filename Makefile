@@ -119,7 +119,8 @@ bench: setup-dev
 	$(PY) -m bench.surrogate_bench
 	$(PY) -m bench.streaming_bench --requests 20
 	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) $(PY) -m bench.faults --requests 10000
-	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) $(PY) -m bench.faults --models bundled --requests 1000 --out bench/results/faults-bundled.md
+	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) $(PY) -m bench.faults --models bundled --requests 1000 --clients 12 --out bench/results/faults-bundled.md
+	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) $(PY) -m bench.faults --models bundled-surrogate --requests 300 --clients 8 --out bench/results/faults-bundled-surrogate.md
 
 # Not part of `make test` (which runs the same contracts as bounded hypothesis tests); CI may run it.
 fuzz: setup-dev
