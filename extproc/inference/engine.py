@@ -251,6 +251,7 @@ class OnnxEngine:
         quick = None if prefiltered else self.prefilter_prompt(prompt)
         if quick is not None:
             return quick
+        prompt = clip_prompt(prompt, self.sentinel.model.manifest.max_length * MAX_CHARS_PER_TOKEN)
         if len(prompt) <= INLINE_PREP_CHARS:  # tokenizing a short prompt costs less than a thread hop
             rows = self.sentinel.prepare([prompt])
         else:
@@ -505,6 +506,15 @@ def _load_prefilter(directory: Path, strict: bool, errors: dict[str, str]) -> Le
     log.info("sentinel: lexical prefilter loaded (decides below %s / above %s)",
              pre.band.non_factual_below, pre.band.factual_above)
     return pre
+
+
+def clip_prompt(prompt: str, keep: int) -> str:
+    """The sentinel reads only max_length tokens, its head and tail (`single_row`): tokenizing the rest of a long
+    prompt is wasted (2.6 s of a prep thread for a 4 MB question). Keep `keep` characters at each end, which hold
+    more than those tokens (MAX_CHARS_PER_TOKEN each), joined by a space."""
+    if len(prompt) <= 2 * keep:
+        return prompt
+    return f"{prompt[:keep]} {prompt[-keep:]}"
 
 
 def _bounded_context(context: Sequence[str]) -> tuple[str, ...]:

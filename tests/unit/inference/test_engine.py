@@ -326,3 +326,24 @@ async def test_the_token_budget_counts_context_windows(engine_factory):
         await engine.detect(context, "What is the capital?", ANSWER)
     assert engine._batchers["detector"].batches == 0
     assert isinstance(await engine.detect(LONG_CONTEXT[1:], None, ANSWER), DetectionResult)
+
+
+async def test_a_huge_prompt_is_clipped_before_the_sentinel_tokenizes_it(engine_factory):
+    """#19: the sentinel reads max_length tokens (head and tail) but tokenized the whole prompt first: a 4 MB
+    question held a prep thread for 2.6 s. Clipped to what those tokens can come from, the verdict is the same."""
+    import time
+
+    from extproc.inference.engine import clip_prompt
+
+    engine = engine_factory(explainer_enabled=False)
+    head, tail = "What is the capital of France? " * 20, " Is it Paris or Lyon?"
+    middle = "the tower was built in 1889 and is 330 metres tall . " * 4000  # ~200 KB
+    full, clipped = head + middle + tail, clip_prompt(head + middle + tail, 64 * 8)
+    assert len(clipped) <= 2 * 64 * 8 + 1
+    a, b = engine.sentinel.prepare([full])[0], engine.sentinel.prepare([clipped])[0]
+    assert a.input_ids == b.input_ids  # the same row: the same verdict
+    huge = head + middle * 20 + tail  # ~4 MB
+    t0 = time.perf_counter()
+    result = await engine.classify_prompt(huge)
+    assert time.perf_counter() - t0 < 0.5
+    assert result.confidence == (await engine.classify_prompt(clipped)).confidence
