@@ -13,7 +13,9 @@ onnxruntime releases the GIL during `run`, so the loop stays responsive.
 - Cancellation: a job whose future was cancelled (caller timed out or the
   stream went away) leaves the queue at once (its slot and tokens are free
   for others) and is never run; one the worker already took is dropped
-  before the forward pass.
+  before the forward pass; one job larger than max_batch_tokens (a long
+  context's windows: it runs alone) runs in slices of at most that, and
+  stops between slices once its caller is gone.
 - Admission: more than max_queue jobs queued or in flight, or more than
   max_queued_tokens waiting to run -> `Overloaded` at once, so the gateway
   passes the response through marked unchecked instead of queueing forever.
@@ -209,7 +211,15 @@ class Batcher:
                 self._inflight = live
                 started = time.perf_counter()
                 try:
-                    results = self._run(items)
+                    if len(live) == 1 and live[0].tokens > self.max_batch_tokens:
+                        results = self._run_sliced(live[0])
+                        if results is None:  # its caller gave up between slices: the rest never runs
+                            self.dropped += 1
+                            self._finish(live, None, None)
+                            self._inflight = []
+                            continue
+                    else:
+                        results = self._run(items)
                     if len(results) != len(items):
                         raise InferenceError(f"{self.name}: model returned {len(results)} results for {len(items)} rows")
                 except Exception as exc:  # noqa: BLE001 - the batch fails, the worker lives on
@@ -227,6 +237,23 @@ class Batcher:
             inflight, self._inflight = self._inflight, []
             self._finish(inflight, None, error)
             self._fail_all(error)
+
+    def _run_sliced(self, job: _Job) -> list[Any] | None:
+        """A job over max_batch_tokens in slices of at most that; None when its future was cancelled meanwhile."""
+        out: list[Any] = []
+        piece: list[Any] = []
+        tokens = 0
+        for item in job.items:
+            n = self._size(item)
+            if piece and tokens + n > self.max_batch_tokens:
+                out += list(self._run(piece))
+                piece, tokens = [], 0
+                if job.future.cancelled():
+                    return None
+            piece.append(item)
+            tokens += n
+        out += list(self._run(piece))
+        return out
 
     def _fail_all(self, error: InferenceError) -> None:
         with self._cv:

@@ -139,6 +139,30 @@ async def test_cancelled_work_leaves_the_queue_at_once_while_the_worker_is_busy(
         b.close()
 
 
+async def test_a_job_over_the_batch_budget_runs_in_slices_and_stops_when_its_caller_goes():
+    """#19: a request's long context ran as one forward pass that kept going after the request timed out. A job
+    over max_batch_tokens runs in slices of at most that, and the slices after its caller left never run."""
+    rec = Recorder()
+    b = Batcher(rec, "t", max_wait_ms=0, max_batch_tokens=4)
+    try:
+        assert await b.submit(["aa", "bb", "cc", "dd", "e"]) == ["out:aa", "out:bb", "out:cc", "out:dd", "out:e"]
+        assert rec.batches == [["aa", "bb"], ["cc", "dd"], ["e"]]
+        rec.batches.clear()
+        rec.gate.clear()
+        rec.entered.clear()
+        doomed = asyncio.ensure_future(b.submit(["aa", "bb", "cc", "dd", "ee", "ff"]))
+        await _wait_for(rec.entered)  # inside the first slice
+        doomed.cancel()
+        await asyncio.sleep(0.01)
+        rec.gate.set()
+        assert await b.submit(["ok"]) == ["out:ok"]
+        assert rec.batches == [["aa", "bb"], ["ok"]]  # the other two slices never ran
+        assert b.dropped == 1 and b.pending == 0
+    finally:
+        rec.gate.set()
+        b.close()
+
+
 async def test_queued_tokens_are_capped():
     """max_queued_tokens: work waiting to run is bounded in tokens, not only in requests (#19)."""
     rec = Recorder()
