@@ -276,14 +276,27 @@ class OnnxEngine:
         pmi_task = asyncio.ensure_future(self._surrogate_signals(context, question, answer, wanted)) \
             if fused and wanted else None
         try:
-            prepared = await self._prepare(self.detector.prepare, context, question, answer)
+            # fused: the verifier's rows are tokenized beside the detector's, and both are counted against the
+            # budget before either model runs (an over-budget request costs no forward pass)
+            sentences = answer_sentences(answer) if fused else []
+            texts = [answer[s:e] for s, e in sentences]
+            verifier_prep: list[Any] | None = None
+            if texts:
+                prepared, verifier_prep = await asyncio.gather(
+                    self._prepare(self.detector.prepare, context, question, answer),
+                    self._prepare(self.explainer.prepare, context, texts, self.settings.explainer_max_windows))
+            else:
+                prepared = await self._prepare(self.detector.prepare, context, question, answer)
             budget.spend(prepared.rows, "detector")
+            if verifier_prep is not None:
+                budget.spend([r for p in verifier_prep for r in p.rows], "verifier")
             t_prep = _ms(t0)
             scores: TokenScores = self.detector.finish(prepared, await self._batchers["detector"].submit(prepared.rows))
             raw = filter_spans(answer, merge_tokens(answer, scores.offsets, scores.probs.tolist(), self._filter.token_threshold), self._filter)
             timings = {"tokenize": t_prep, "detector": _ms(t0) - t_prep}
             if fused:
-                return await self._detect_fused(context, answer, scores, raw, t0, timings, pmi_task, budget)
+                return await self._detect_fused(context, answer, scores, raw, t0, timings, pmi_task, sentences,
+                                                verifier_prep)
         except BaseException:
             if pmi_task is not None:
                 pmi_task.cancel()
@@ -311,7 +324,8 @@ class OnnxEngine:
 
     async def _detect_fused(
         self, context: Sequence[str], answer: str, scores: TokenScores, raw: Sequence[RawSpan], t0: float,
-        timings: dict[str, float], pmi_task: "asyncio.Future[dict[str, float]] | None", budget: _Budget,
+        timings: dict[str, float], pmi_task: "asyncio.Future[dict[str, float]] | None",
+        sentences: Sequence[tuple[int, int]], verifier_prep: Any,
     ) -> DetectionResult:
         """Every answer sentence is verified against the context; a sentence is a span when its
         calibrated doubt (detector x verifier, `sentence_doubt`) reaches thresholds.response (whole
@@ -319,8 +333,7 @@ class OnnxEngine:
         A flagged sentence whose top NLI label is entailment is reported as neutral (not supported,
         confidence 1 - P(entailment)), so a span is never both flagged and labelled entailed."""
         t1 = time.perf_counter()
-        sentences = answer_sentences(answer)
-        verdicts = await self._verify(context, [answer[s:e] for s, e in sentences], budget)
+        verdicts = await self._verify(context, [answer[s:e] for s, e in sentences], prepared=verifier_prep)
         timings["verifier"] = _ms(t1)
         signals: dict[str, float] = {}
         if pmi_task is not None:
@@ -380,15 +393,18 @@ class OnnxEngine:
         return out
 
     async def _verify(self, context: Sequence[str], sentences: Sequence[str],
-                      budget: _Budget | None = None) -> list[NliResult]:
-        """NLI of each sentence against its best-matching context windows, in one batched run."""
+                      budget: _Budget | None = None, prepared: Any = None) -> list[NliResult]:
+        """NLI of each sentence against its best-matching context windows, in one batched run (`prepared`: the
+        sentences' rows, tokenized and counted against the budget already)."""
         assert self.explainer is not None
         if not sentences:
             return []
-        prepared = await self._prepare(self.explainer.prepare, context, sentences, self.settings.explainer_max_windows)
+        if prepared is None:
+            prepared = await self._prepare(self.explainer.prepare, context, sentences,
+                                           self.settings.explainer_max_windows)
+            if budget is not None:
+                budget.spend([r for p in prepared for r in p.rows], "verifier")
         rows = [r for p in prepared for r in p.rows]
-        if budget is not None:
-            budget.spend(rows, "verifier")
         probs = await self._batchers["explainer"].submit(rows)
         return self.explainer.finish(prepared, probs)
 

@@ -72,7 +72,7 @@ async def test_explainer_labels_spans_and_drops_entailed_ones(engine_factory):
 
 def _fixed_verifier(engine, *verdicts):
     """The verifier's answers per sentence, fixed (the tiny NLI model's are random)."""
-    async def verify(context, sentences, budget=None):
+    async def verify(context, sentences, budget=None, prepared=None):
         assert len(sentences) == len(verdicts)
         return list(verdicts)
     engine._verify = verify
@@ -347,3 +347,25 @@ async def test_a_huge_prompt_is_clipped_before_the_sentinel_tokenizes_it(engine_
     result = await engine.classify_prompt(huge)
     assert time.perf_counter() - t0 < 0.5
     assert result.confidence == (await engine.classify_prompt(clipped)).confidence
+
+
+async def test_the_verifier_rows_count_before_any_model_runs(engine_factory):
+    """The fused path tokenizes the verifier's rows beside the detector's and counts both first: a request whose
+    verifier stage would pass the budget costs no forward pass at all (it used to run the detector, then refuse)."""
+    import dataclasses
+
+    from extproc.inference.api import TooLarge
+    from extproc.inference.spans import answer_sentences
+
+    engine = engine_factory(response_threshold=0.2)
+    context = ["Paris is the capital of France. " * 12]
+    det = sum(len(r) for r in engine.detector.prepare(context, "q", ANSWER).rows)
+    texts = [ANSWER[s:e] for s, e in answer_sentences(ANSWER)]
+    ver = sum(len(r) for p in engine.explainer.prepare(context, texts, engine.settings.explainer_max_windows)
+              for r in p.rows)
+    engine.settings = dataclasses.replace(engine.settings, max_request_tokens=det + ver - 1)
+    with pytest.raises(TooLarge, match="verifier"):
+        await engine.detect(context, "q", ANSWER)
+    assert engine._batchers["detector"].batches == 0 and engine._batchers["explainer"].batches == 0
+    engine.settings = dataclasses.replace(engine.settings, max_request_tokens=det + ver)
+    assert isinstance(await engine.detect(context, "q", ANSWER), DetectionResult)
