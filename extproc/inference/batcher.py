@@ -203,7 +203,8 @@ class Batcher:
                     return  # closed and drained
                 live = [j for j in jobs if not j.future.cancelled()]
                 if len(live) < len(jobs):
-                    self.dropped += len(jobs) - len(live)
+                    with self._cv:  # _withdraw counts on the loop's thread
+                        self.dropped += len(jobs) - len(live)
                     self._finish([j for j in jobs if j.future.cancelled()], None, None)
                 if not live:
                     continue
@@ -214,7 +215,8 @@ class Batcher:
                     if len(live) == 1 and live[0].tokens > self.max_batch_tokens:
                         results = self._run_sliced(live[0])
                         if results is None:  # its caller gave up between slices: the rest never runs
-                            self.dropped += 1
+                            with self._cv:
+                                self.dropped += 1
                             self._finish(live, None, None)
                             self._inflight = []
                             continue
