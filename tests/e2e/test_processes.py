@@ -100,8 +100,8 @@ def test_serve_judges_sse_with_real_engine(served) -> None:
     if r.headers["x-truthlens-status"] == "streaming":
         verdict = json.loads(events[-2])["truthlens"]
         assert verdict["status"] == "checked" and 0.0 <= verdict["score"] <= 1.0
-        assert verdict["signals"] == (["detector", "verifier", "context_pmi"] if kind == "bundled"
-                                      else ["detector", "verifier"])
+        # streams are scored sentence by sentence by detector + verifier: the surrogate needs the whole answer
+        assert verdict["signals"] == ["detector", "verifier"]
         answer = "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events[:-2])
         for span in verdict["spans"]:
             assert answer[span["start"]:span["end"]] == span["text"]
