@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from bench.common import REPO, RESULTS, command, git_commit, machine, percentile, write_results
 from extproc.devtools.processes import EnvoyProcess, free_port, terminate, wait_grpc_serving
 
@@ -486,18 +488,16 @@ def fault_loop(sidecar: Sidecar, stop: threading.Event, every_s: float) -> None:
 
 def rss_mb(pid: int) -> float:
     try:
-        m = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
-    except OSError:
+        return psutil.Process(pid).memory_info().rss / (1024 * 1024)
+    except psutil.Error:
         return 0.0
-    return int(m.group(1)) / 1024 if m else 0.0
 
 
 def model_dirs(kind: str, work: Path) -> dict[str, str | None]:
     if kind in ("bundled", "bundled-surrogate"):
         return {"sentinel": "models/sentinel", "detector": "models/detector", "explainer": "models/explainer",
                 "surrogate": "models/surrogate" if kind == "bundled-surrogate" else None}
-    sys.path.insert(0, str(REPO))
-    from tests.helpers.tiny_models import TinyModels
+    from tests.helpers.tiny_models import TinyModels  # run from the repository root (python -m bench.faults)
 
     tiny = TinyModels(work / "tiny")
     return {"sentinel": str(tiny["bert-seq"]), "detector": str(tiny["bert-token"]),
