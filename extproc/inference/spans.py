@@ -7,8 +7,6 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from extproc.inference.api import Span
-
 SCORE_METHODS = ("fused", "noisy_or", "max_span")
 
 
