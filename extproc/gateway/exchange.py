@@ -33,6 +33,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc.gateway import replies
 from extproc.gateway.context import RequestContext
 from extproc.gateway.streaming import SseStream, StreamOutcome
+from extproc.gateway.upstream_logprobs import UpstreamLogprobs
 from extproc.inference.api import (
     MAX_CHARS_PER_TOKEN,
     DetectionResult,
@@ -43,7 +44,6 @@ from extproc.inference.api import (
     TooLarge,
 )
 from extproc.inference.templates import sentinel_prompt
-from extproc.inference.upstream import upstream_signals
 from extproc.policy.actions import ActionPlan, plan_actions, streaming_headers
 from extproc.policy.decisions import Decision
 from extproc.policy.verdict import (
@@ -57,20 +57,12 @@ from extproc.policy.verdict import (
 )
 from extproc.protocol import envoy as ev
 from extproc.protocol.encoding import BodyTooLarge, EncodingError, decode_body
-from extproc.protocol.logprobs import (
-    TokenLogprob,
-    ask_for_logprobs,
-    choice_logprobs,
-    strip_choice_logprobs,
-    strip_event_logprobs,
-)
 from extproc.protocol.openai import (
     ProtocolError,
     RagFieldError,
     append_to_choices,
     parse_chat_request,
     parse_chat_response,
-    read_json,
 )
 from extproc.protocol.paths import is_chat_path
 from extproc.protocol.sse import DONE_EVENT, ChatStreamRelay, content_delta_chunk, finish_chunk, verdict_chunk
@@ -112,7 +104,7 @@ class ChatExchange:
 
     __slots__ = ("rt", "tl", "early_replies", "ctx", "route", "done", "request_done", "sentinel", "sentinel_task",
                  "sentinel_ms", "ungrounded_reason", "early_status", "early_reason", "content_encoding", "body_kind",
-                 "stream", "verdict", "rag_in_body", "logprobs_asked", "upstream_tokens", "_stream_slots", "_stream_error")
+                 "stream", "verdict", "rag_in_body", "logprobs", "_stream_slots", "_stream_error")
 
     def __init__(self, rt: GatewayRuntime, early_replies: replies.EarlyReplies, http: pb.HttpHeaders) -> None:
         self.rt = rt
@@ -138,8 +130,7 @@ class ChatExchange:
         self._stream_error: BaseException | None = None  # a sentence check failed: the verdict is settled
         self.verdict: Verdict | None = None
         self.rag_in_body = False  # the request body holds the RAG field's name: it must not go upstream as is
-        self.logprobs_asked = False  # we asked the upstream for logprobs: they come out of the response again
-        self.upstream_tokens: dict[int, list[TokenLogprob]] = {}  # the upstream's token logprobs per choice
+        self.logprobs: UpstreamLogprobs | None = None  # the upstream's own logprobs, when the decision wants them
 
     # ---- request headers ------------------------------------------------------------------
 
@@ -193,9 +184,9 @@ class ChatExchange:
         decision = self._decide(chat.question)
         upstream_body = chat.upstream_body
         if decision.enabled and decision.upstream_logprobs:
-            asked = ask_for_logprobs(upstream_body or body, self.tl.signals.upstream_top_logprobs)
-            if asked is not None:  # the client did not ask: we do, and take them out of the answer again
-                upstream_body, self.logprobs_asked = asked, True
+            self.logprobs = UpstreamLogprobs()
+            asked = self.logprobs.request(upstream_body or body, self.tl.signals.upstream_top_logprobs)
+            upstream_body = asked or upstream_body  # we asked: they come out of the answer again
         reply = ev.request_body_response(upstream_body)
         if decision.mode != "lightweight":  # standard/premium re-ask with the original messages
             ctx.request_body = chat.upstream_body or body
@@ -380,8 +371,8 @@ class ChatExchange:
                                     early_stop=action == "block", threshold=d.threshold,
                                     max_hold_chars=self.tl.stream.max_hold_chars,
                                     max_answer_chars=self._stream_answer_chars(),
-                                    on_event=self._event_logprobs if d.upstream_logprobs else None,
-                                    rewrite=strip_event_logprobs if self.logprobs_asked else None)
+                                    on_event=self.logprobs.read_event if self.logprobs else None,
+                                    rewrite=self.logprobs.event_rewrite() if self.logprobs else None)
             early = () if action == "none" else streaming_headers(self._decision)
             # STREAMED: chunks reach us as they arrive; the builder also drops content-length
             return ev.response_headers_response(early, spoofed, ev.STREAMED_RESPONSE_MODE)
@@ -417,12 +408,11 @@ class ChatExchange:
         new_body: bytes | None = None
         if text is not None and verdict.actionable and self._wants_mitigation():
             self.verdict, new_body = await self.rt.mitigator.mitigate(self.ctx, text, verdict)
-        if text is not None and self._decision.upstream_logprobs:
-            self._read_logprobs(text)
+        if text is not None and self.logprobs is not None:
+            self.logprobs.read(text)
             self.verdict = self._with_upstream(self.verdict)
-            if self.logprobs_asked:
-                stripped = strip_choice_logprobs(new_body or text)
-                new_body = stripped if stripped != (new_body or text) else new_body
+            stripped = self.logprobs.strip(new_body or text)
+            new_body = stripped if stripped != (new_body or text) else new_body
         plan = self._plan(self.verdict)
         if plan.block is not None:
             return ev.immediate_response(plan.block.status, plan.block.headers, plan.block.body)
@@ -568,27 +558,12 @@ class ChatExchange:
         ctx.answers, ctx.choice_results = tuple(answers), by_choice
         return worst_choice_verdict(d, by_choice, ctx.spent_ms), by_choice
 
-    def _read_logprobs(self, text: bytes) -> None:
-        try:
-            obj = read_json(text)
-        except (ValueError, RecursionError):
-            return
-        for i, tokens in choice_logprobs(obj).items():
-            self.upstream_tokens.setdefault(i, []).extend(tokens)
-
-    def _event_logprobs(self, data: str) -> None:
-        """SseStream's on_event: the logprobs of one streamed chunk."""
-        if '"logprobs"' in data:
-            self._read_logprobs(data.encode())
-
     def _with_upstream(self, verdict: Verdict) -> Verdict:
         """The upstream's own logprobs of the judged (worst) choice, on a finished check."""
         results = self.ctx.choice_results
-        if verdict.status is not Status.CHECKED or not self.upstream_tokens or not results:
+        if verdict.status is not Status.CHECKED or self.logprobs is None or not results:
             return verdict
-        worst = max(results, key=lambda i: results[i].score)
-        tokens = self.upstream_tokens.get(worst)
-        signals = upstream_signals([(t.logprob, t.top) for t in tokens]) if tokens else None
+        signals = self.logprobs.signals(max(results, key=lambda i: results[i].score))
         return dataclasses.replace(verdict, upstream=signals) if signals is not None else verdict
 
     def _unchecked_reason(self, exc: BaseException) -> UncheckedReason:
