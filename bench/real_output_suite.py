@@ -300,6 +300,39 @@ def _fused_lumina(tok: dict, ver: dict, pmi: dict, lum: dict) -> Scored:
                                               ("context_mmd", float(lum["mmd"] or 0.0))))
 
 
+def _pmi_sentences(pmi: dict, ver: dict) -> list[tuple[int, int, float]]:
+    """(start, end, -mean token PMI) per answer sentence (the verifier's sentences), from the cached per-token
+    doubts (the `pmi` producer stores -PMI per token)."""
+    segs = [(int(s), int(e), float(v)) for s, e, v in pmi.get("segments") or ()]
+    out = []
+    for s, e, _, _ in ver["sentences"]:
+        inside = [v for a, b, v in segs if a < int(e) and b > int(s)]
+        if inside:
+            out.append((int(s), int(e), sum(inside) / len(inside)))
+    return out
+
+
+def _pmi_worst_sentence(pmi: dict, ver: dict) -> Scored:
+    """max over sentences of the sentence's -mean token PMI: the sentence the passages help least."""
+    sents = _pmi_sentences(pmi, ver)
+    if not sents:
+        return Scored(float(pmi["score"]))
+    return Scored(max(v for *_, v in sents), tuple(sents))
+
+
+def _pmi_low_tail(pmi: dict) -> Scored:
+    """90th percentile of the tokens' -PMI: how badly the worst-fitting tokens fit the passages."""
+    vals = sorted(float(v) for *_, v in pmi.get("segments") or ())
+    return Scored(vals[(9 * len(vals)) // 10] if vals else 0.0)
+
+
+def _fused_pmi_sentence(tok: dict, ver: dict, pmi: dict) -> Scored:
+    """`fused` stacked with the mean context PMI and the worst sentence's PMI."""
+    base = _fused_pmi(tok, ver, pmi)
+    return Scored(base.score, base.segments,
+                  (*base.signals, ("pmi_worst_sentence", _pmi_worst_sentence(pmi, ver).score)))
+
+
 # bare signals: their direction is chosen on suite-dev (a signal that falls with the label is negated)
 ORIENTED = {"lens_emergence", "context_mmd", "latent_audit"}
 
@@ -344,6 +377,11 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
     "detector+verifier+pmi": (("detector_tokens", "verifier_nli", "pmi"), _fused_pmi, None,
                               "fused score stacked with the surrogate's context PMI: logistic fit on the suite-dev "
                               "parts of every set but faithdial (p = sigmoid(a logit(doubt) + w pmi + b) per sentence)"),
+    "pmi_worst_sentence": (("pmi", "verifier_nli"), _pmi_worst_sentence, None,
+                           "context PMI of the worst sentence: -min over sentences of mean token PMI (zero training)"),
+    "pmi_low_tail": (("pmi",), _pmi_low_tail, None, "context PMI's low tail: -10th percentile of token PMI"),
+    "detector+verifier+pmi+sentence": (("detector_tokens", "verifier_nli", "pmi"), _fused_pmi_sentence, None,
+                                       "fused score stacked with the mean context PMI and the worst sentence's PMI"),
     "verifier_trained": (("verifier_trained_nli",), _sentence_scored, None,
                          "grounding verifier trained here (models/verifier), worst sentence"),
     "detector+verifier_trained": (("detector_tokens", "verifier_trained_nli"), _fused, None,
