@@ -32,6 +32,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.gateway import replies
 from extproc.gateway.context import RequestContext
+from extproc.gateway.sentinel import SentinelCall
 from extproc.gateway.streaming import SseStream, StreamOutcome
 from extproc.gateway.upstream_logprobs import UpstreamLogprobs
 from extproc.inference.api import (
@@ -40,7 +41,6 @@ from extproc.inference.api import (
     InferenceError,
     ModelUnavailable,
     Overloaded,
-    SentinelResult,
     TooLarge,
 )
 from extproc.inference.templates import sentinel_prompt
@@ -102,8 +102,7 @@ def is_chat_route(method: str, path: str) -> bool:
 class ChatExchange:
     """One request's processor. Not shared: every field belongs to this exchange alone."""
 
-    __slots__ = ("rt", "tl", "early_replies", "ctx", "route", "done", "request_done", "sentinel", "sentinel_task",
-                 "sentinel_ms", "ungrounded_reason", "early_status", "early_reason", "content_encoding", "body_kind",
+    __slots__ = ("rt", "tl", "early_replies", "ctx", "route", "done", "request_done", "sentinel", "ungrounded_reason", "early_status", "early_reason", "content_encoding", "body_kind",
                  "stream", "verdict", "rag_in_body", "logprobs", "_stream_slots", "_stream_error")
 
     def __init__(self, rt: GatewayRuntime, early_replies: replies.EarlyReplies, http: pb.HttpHeaders) -> None:
@@ -116,9 +115,7 @@ class ChatExchange:
         # answer and the response body is not wanted): the stream can end without waiting for Envoy.
         self.done = False
         self.request_done = False  # the request body phase finished (else the verdict is unchecked/error)
-        self.sentinel: SentinelResult | None = None
-        self.sentinel_task: asyncio.Task[None] | None = None  # runs while the request is with the LLM
-        self.sentinel_ms = 0.0  # compute time (overlapped with the upstream, so not "added" latency)
+        self.sentinel = SentinelCall()  # does the prompt need a check (extproc.gateway.sentinel)
         self.ungrounded_reason: UnverifiedReason | None = None  # the request has no grounding
         # a status fixed before the response arrives (disabled, skipped, unverified, unchecked)
         self.early_status: Status | None = None
@@ -252,17 +249,13 @@ class ChatExchange:
             # (no sentinel, so no "non-factual -> skipped").
             self._settle()
             return
-        engine = self.rt.engine
-        wants_sentinel = bool(self.ctx.question) and engine.has("sentinel")
-        quick = engine.prefilter_prompt(self._sentinel_prompt()) if wants_sentinel else None
-        if quick is not None:  # the lexical prefilter is sure: no task, no model call
-            self.sentinel, self.sentinel_ms = quick, quick.latency_ms
+        if not self.ctx.question or not self.rt.engine.has("sentinel"):
             self._settle()
-        elif wants_sentinel:
-            # The verdict needs the sentinel only when the answer arrives: classify while the
-            # request is with the LLM instead of holding the request for it.
-            self.sentinel_task = asyncio.ensure_future(self._classify())
-        else:
+            return
+        # The verdict needs the sentinel only when the answer arrives: unless the prefilter is sure now,
+        # the model classifies while the request is with the LLM instead of holding the request for it.
+        if self.sentinel.start(self.rt.engine, self._sentinel_prompt(), self.rt.inference_timeout_s,
+                               self._decision.mode, self.ctx.request_id):
             self._settle()
 
     def _sentinel_prompt(self) -> str:
@@ -271,41 +264,22 @@ class ChatExchange:
             return ctx.question or ""
         return sentinel_prompt(ctx.question or "", ctx.system_prompt, self.tl.sentinel_include_system_prompt)
 
-    async def _classify(self) -> None:
-        """Classify the prompt; never raises (a failed classification means: check it)."""
-        t0 = time.perf_counter()
-        try:
-            with stage("sentinel", mode=self.ctx.decision.mode):
-                # request_body already asked the prefilter, which was unsure: the model decides
-                self.sentinel = await asyncio.wait_for(
-                    self.rt.engine.classify_prompt(self._sentinel_prompt(), prefiltered=True),
-                    self.rt.inference_timeout_s)
-        except Overloaded:
-            self._fix_status(Status.UNCHECKED, UncheckedReason.OVERLOADED)
-        except (InferenceError, asyncio.TimeoutError) as exc:
-            # Could not classify: fall back to checking (conservative), never to "skipped".
-            log.warning("request %s: sentinel failed (%r); checking anyway", self.ctx.request_id, exc)
-        except Exception:  # noqa: BLE001 - a background task must not die with an unread exception
-            log.exception("request %s: sentinel raised; checking anyway", self.ctx.request_id)
-        finally:
-            self.sentinel_ms = (time.perf_counter() - t0) * 1000.0
-
     @property
     def sentinel_pending(self) -> bool:
         """The sentinel still runs: `await_sentinel` before `response_headers`."""
-        return self.sentinel_task is not None
+        return self.sentinel.pending
 
     async def await_sentinel(self) -> None:
-        task, self.sentinel_task = self.sentinel_task, None
         t0 = time.perf_counter()
-        if task is not None:
-            await task
+        await self.sentinel.wait()
         self.ctx.mark("sentinel_wait", t0)  # what the client waited for it: the time TruthLens added
         self._settle()
 
     def _settle(self) -> None:
         """Everything the request teaches, in order: sentinel verdict, grounding, detector."""
-        s = self.sentinel
+        if self.sentinel.overloaded:
+            self._fix_status(Status.UNCHECKED, UncheckedReason.OVERLOADED)
+        s = self.sentinel.result
         if s is not None and not s.needs_check:
             self._fix_status(Status.SKIPPED)
         if self.ungrounded_reason is not None:
@@ -315,9 +289,7 @@ class ChatExchange:
 
     def cancel_pending(self) -> None:
         """The stream ended early: stop work nobody will read."""
-        if self.sentinel_task is not None and not self.sentinel_task.done():
-            self.sentinel_task.cancel()
-        self.sentinel_task = None
+        self.sentinel.cancel()
         if self.stream is not None:
             self.stream.cancel()
 

@@ -105,8 +105,8 @@ class TruthLensService(pb_grpc.ExternalProcessorServicer):
         v, ctx = ex.verdict, ex.ctx
         if self.rt.metrics is not None and v is not None:
             try:
-                sentinel_by = ex.sentinel.by if ex.sentinel is not None else "model"
-                record_verdict(self.rt.metrics, v, ctx.timings_ms, ex.sentinel_ms, sentinel_by)
+                s = ex.sentinel
+                record_verdict(self.rt.metrics, v, ctx.timings_ms, s.ms, s.result.by if s.result is not None else "model")
             except Exception:  # noqa: BLE001 - telemetry must never fail a request
                 log.debug("metrics failed", exc_info=True)
         if log.isEnabledFor(logging.DEBUG):

@@ -50,7 +50,7 @@ async def test_request_body_extracts_question_and_grounding_and_starts_the_senti
     assert "truthlens_context" not in body
     assert ex.sentinel_pending
     await ex.await_sentinel()
-    assert not ex.sentinel_pending and ex.sentinel is not None and ex.sentinel.needs_check
+    assert not ex.sentinel_pending and ex.sentinel.result is not None and ex.sentinel.result.needs_check
     assert ex.early_status is None  # factual and grounded: the answer will be judged
 
 
@@ -61,7 +61,7 @@ def test_a_grounded_request_is_checked_without_asking_the_sentinel() -> None:
     poem = {"model": "m", "messages": [{"role": "user", "content": "Context: Roses are red.\nQuestion: write a poem"}]}
     ex.request_body(req_body(poem).request_body)
     assert ex.ctx.grounding == ("Roses are red.",) and ex.ctx.question == "Question: write a poem"
-    assert not ex.sentinel_pending and ex.sentinel is None and engine.calls == []
+    assert not ex.sentinel_pending and ex.sentinel.result is None and engine.calls == []
     assert ex.early_status is None  # not skipped: the answer will be judged
 
 

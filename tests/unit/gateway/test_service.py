@@ -282,7 +282,7 @@ async def test_stream_aborted_before_response_cancels_the_sentinel() -> None:
     seen: list[asyncio.Task] = []
 
     def sentinel_tasks() -> list[asyncio.Task]:
-        return [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "ChatExchange._classify" and not t.done()]
+        return [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "SentinelCall.classify" and not t.done()]
 
     async def it() -> AsyncIterator[pb.ProcessingRequest]:
         yield req_headers()
