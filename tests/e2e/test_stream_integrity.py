@@ -19,7 +19,10 @@ pytestmark = pytest.mark.e2e
 ANSWER = " ".join(f"Sentence number {i} says the tower is {300 + i} metres tall." for i in range(30))
 
 
-def test_killing_the_sidecar_mid_stream_loses_no_byte(tiny_models, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault", ["kill", "freeze"])
+def test_a_sidecar_lost_mid_stream_loses_no_byte(fault: str, tiny_models, tmp_path: Path) -> None:
+    """kill: SIGKILL. freeze: SIGSTOP until the upstream has finished and Envoy's message_timeout (1 s here)
+    has passed, then SIGCONT."""
     cfg = tmp_path / "tl.yaml"
     cfg.write_text(yaml.safe_dump({"truthlens": {
         "models": {"sentinel": None, "detector": str(tiny_models["bert-token"]), "explainer": None, "surrogate": None},
@@ -32,7 +35,7 @@ def test_killing_the_sidecar_mid_stream_loses_no_byte(tiny_models, tmp_path: Pat
     envoy = None
     try:
         sidecar.wait_ready(timeout=120)
-        envoy = EnvoyProcess(sidecar.address, upstream.url).start()
+        envoy = EnvoyProcess(sidecar.address, upstream.url, message_timeout_s=1.0).start()
         received = bytearray()
         status: list[int] = []
         started = threading.Event()
@@ -51,11 +54,25 @@ def test_killing_the_sidecar_mid_stream_loses_no_byte(tiny_models, tmp_path: Pat
         t = threading.Thread(target=client)
         t.start()
         assert started.wait(30), "the stream never got going"
-        sidecar.proc.send_signal(signal.SIGKILL)  # mid-stream, with chunk replies held for open sentences
+        if fault == "kill":  # mid-stream, with chunk replies held for open sentences
+            sidecar.proc.send_signal(signal.SIGKILL)
+        else:
+            sidecar.proc.send_signal(signal.SIGSTOP)
+            time.sleep(8.0)  # past the end of the upstream stream + message_timeout: Envoy fails open
+            sidecar.proc.send_signal(signal.SIGCONT)
         t.join(60)
         assert not t.is_alive() and status == [200]
-        # fail-open: Envoy re-injects every chunk it still held for the sidecar; nothing is lost or mangled
-        assert bytes(received) == body
+        # fail-open: Envoy re-injects every chunk it still held for the sidecar; nothing is lost or mangled.
+        # A frozen sidecar may also catch up (Envoy's timer restarts with every chunk it sends while the
+        # upstream keeps streaming) and then closes the stream with its verdict event before [DONE].
+        got = bytes(received)
+        done = body.index(b"data: [DONE]")
+        if fault == "freeze" and got != body:
+            verdict = got[done:len(got) - (len(body) - done)]
+            assert got[:done] == body[:done] and got.endswith(body[done:])
+            assert verdict.startswith(b"data: {") and b'"truthlens"' in verdict and verdict.endswith(b"\n\n")
+        else:
+            assert got == body
     finally:
         if envoy is not None:
             envoy.stop()
