@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,7 +24,9 @@ BIG_CONTEXT = ["The tower is 330 metres tall and opened in 1889. " * (4 * 1024 *
 @pytest.fixture(scope="module")
 def stack(tiny_models, tmp_path_factory):
     cfg = tmp_path_factory.mktemp("admission") / "tl.yaml"
-    cfg.write_text(yaml.safe_dump({"truthlens": {"models": {
+    # a detector held up by the 4 MB request answers the normal one unchecked/timeout after 3 s: "checked"
+    # says it was not (how fast it is, is bench.faults' job: 13-113 ms there)
+    cfg.write_text(yaml.safe_dump({"truthlens": {"inference_timeout_ms": 3000, "models": {
         "sentinel": None, "detector": str(tiny_models["bert-token"]), "explainer": str(tiny_models["bert-nli"]),
         "surrogate": None}}}))
     scripts = {
@@ -67,11 +68,10 @@ def test_a_4mb_request_is_too_large_at_once_and_others_are_still_checked(stack, 
     t = threading.Thread(target=lambda: big.append(_post(envoy, script, context, stream)))
     t.start()
     time.sleep(0.1)
-    normal, took = _post(envoy, "short", ["The tower is 330 metres tall. It opened in 1889."])
+    normal, _ = _post(envoy, "short", ["The tower is 330 metres tall. It opened in 1889."])
     t.join(60)
     assert normal.status_code == 200 and normal.headers["x-truthlens-status"] == "checked"
-    assert took < 1.0, f"a normal request took {took:.2f} s beside a 4 MB one"
-    ((resp, big_took),) = big
+    ((resp, _),) = big
     sent = scripts[script].body or b"".join(scripts[script].chunks)
     if stream:
         assert resp.headers["x-truthlens-status"] == "streaming"
@@ -81,4 +81,4 @@ def test_a_4mb_request_is_too_large_at_once_and_others_are_still_checked(stack, 
     else:
         assert (resp.headers["x-truthlens-status"], resp.headers["x-truthlens-reason"]) == ("unchecked", "too_large")
         assert resp.content == sent
-    assert big_took < 5.0
+    # too large is said at once, not after a timeout: the reason would be "timeout" otherwise

@@ -303,16 +303,12 @@ async def test_a_huge_context_is_too_large_at_once_and_others_are_still_checked(
     engine = engine_factory(max_request_tokens=512)
     batcher = engine._batchers["detector"]
     huge = ["Paris is the capital of France. " * (4 * 1024 * 1024 // 32)]
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
     big = asyncio.ensure_future(engine.detect(huge, "What is the capital?", ANSWER))
     normal = asyncio.ensure_future(engine.detect(LONG_CONTEXT[1:], "When?", ANSWER))
-    with pytest.raises(TooLarge, match="max_request_tokens 512"):
+    with pytest.raises(TooLarge, match="max_request_tokens 512"):  # refused by the budget, not timed out
         await big
-    assert loop.time() - t0 < 0.5
     assert isinstance(await normal, DetectionResult)
-    assert loop.time() - t0 < 5
-    assert batcher.pending == 0 and batcher.queued_tokens == 0
+    assert batcher.pending == 0 and batcher.queued_tokens == 0  # the huge one never queued a row
 
 
 async def test_the_token_budget_counts_context_windows(engine_factory):
@@ -331,8 +327,6 @@ async def test_the_token_budget_counts_context_windows(engine_factory):
 async def test_a_huge_prompt_is_clipped_before_the_sentinel_tokenizes_it(engine_factory):
     """#19: the sentinel reads max_length tokens (head and tail) but tokenized the whole prompt first: a 4 MB
     question held a prep thread for 2.6 s. Clipped to what those tokens can come from, the verdict is the same."""
-    import time
-
     from extproc.inference.engine import clip_prompt
 
     engine = engine_factory(explainer_enabled=False)
@@ -343,9 +337,14 @@ async def test_a_huge_prompt_is_clipped_before_the_sentinel_tokenizes_it(engine_
     a, b = engine.sentinel.prepare([full])[0], engine.sentinel.prepare([clipped])[0]
     assert a.input_ids == b.input_ids  # the same row: the same verdict
     huge = head + middle * 20 + tail  # ~4 MB
-    t0 = time.perf_counter()
+    seen: list[int] = []
+    prepare = engine.sentinel.prepare
+    engine.sentinel.prepare = lambda prompts: (seen.extend(len(p) for p in prompts), prepare(prompts))[1]
     result = await engine.classify_prompt(huge)
-    assert time.perf_counter() - t0 < 0.5
+    from extproc.inference.api import MAX_CHARS_PER_TOKEN
+
+    bound = 2 * engine.sentinel.model.manifest.max_length * MAX_CHARS_PER_TOKEN + 1  # head + tail
+    assert seen and max(seen) <= bound < len(huge) // 1000  # only the clipped text was tokenized
     assert result.confidence == (await engine.classify_prompt(clipped)).confidence
 
 
