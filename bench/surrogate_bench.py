@@ -1,6 +1,8 @@
 """Surrogate LM cost per signal for a 512-token context + 128-token answer (p50/p95), fp32 vs int8.
 
     .venv/bin/python -m bench.surrogate_bench            # models/surrogate (built by make setup-dev)
+    .venv/bin/python -m bench.surrogate_bench --model data-cache/suite-gemma3/surrogate-gemma3 --fp32-only \
+        --out bench/results/surrogate-gemma3              # another export (#16: Gemma 3 270M), fp32 only
 
 Writes `<out>.json` and `<out>.md` (default bench/results/surrogate) with the command, machine and
 date. Also measures what int8 dynamic quantization costs in agreement: the per-answer context PMI
@@ -66,45 +68,54 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--out", type=Path, default=RESULTS / "surrogate")
+    ap.add_argument("--fp32-only", action="store_true",
+                    help="skip the int8 graph (its export and the agreement check): the model directory alone")
     args = ap.parse_args()
     opts = RuntimeOptions("cpu", args.threads)
     fp32 = SurrogateLM(args.model, opts)
+    shapes = [(512, 128), (256, 64), (1024 - 128 - 64, 128)]
     with tempfile.TemporaryDirectory() as tmp:
-        export_gguf(default_gguf(), tmp, name="int8", hidden_layers=fp32.manifest.hidden_layers,
-                    top_k=fp32.manifest.top_k, quantize="int8")
-        int8 = SurrogateLM(tmp, opts)
-        shapes = [(512, 128), (256, 64), (1024 - 128 - 64, 128)]
-        rows = {name: {f"{c}+{a}": measure(lm, c, a, args.runs) for c, a in shapes}
-                for name, lm in (("fp32", fp32), ("int8", int8))}
+        lms = [("fp32", fp32)]
+        if not args.fp32_only:
+            export_gguf(default_gguf(), tmp, name="int8", hidden_layers=fp32.manifest.hidden_layers,
+                        top_k=fp32.manifest.top_k, quantize="int8")
+            lms.append(("int8", SurrogateLM(tmp, opts)))
+        rows = {name: {f"{c}+{a}": measure(lm, c, a, args.runs) for c, a in shapes} for name, lm in lms}
         per_signal = {name: measure(fp32, 512, 128, args.runs, **kw) for name, kw in SIGNALS.items()}
         diffs = []
-        for i in range(20):
+        for i in range(0 if args.fp32_only else 20):
+            int8 = lms[1][1]
             ctx, ans = text_of(fp32, 512, 50 + i), text_of(fp32, 128, 80 + i)
             diffs.append(abs(fp32.context_pmi([ctx], None, ans).mean - int8.context_pmi([ctx], None, ans).mean))
-        int8_mb = (Path(tmp) / "model.onnx").stat().st_size / 1e6
+        int8_mb = None if args.fp32_only else (Path(tmp) / "model.onnx").stat().st_size / 1e6
+    general = fp32.manifest.provenance.get("general_name") or fp32.manifest.provenance.get("gguf")
     result = {
         "command": command("bench.surrogate_bench"),
         "machine": {"cpu": cpu_name(), "logical_cpus": os.cpu_count(), "threads": args.threads,
                     "load_average_1m": round(os.getloadavg()[0], 2), "provider": fp32.provider},
         "date": dt.date.today().isoformat(),
-        "model": fp32.name, "fp32_mb": (args.model / "model.onnx").stat().st_size / 1e6, "int8_mb": int8_mb,
-        "latency": rows, "per_signal_512_128_fp32": per_signal,
-        "int8_vs_fp32_mean_pmi_abs_diff": {"mean": float(np.mean(diffs)), "max": float(np.max(diffs)), "answers": 20},
+        "model": fp32.name, "gguf": general, "fp32_mb": (args.model / "model.onnx").stat().st_size / 1e6,
+        "int8_mb": int8_mb, "latency": rows, "per_signal_512_128_fp32": per_signal,
+        "int8_vs_fp32_mean_pmi_abs_diff": {"mean": float(np.mean(diffs)), "max": float(np.max(diffs)), "answers": 20}
+        if diffs else None,
     }
+    sizes = f"fp32 {result['fp32_mb']:.0f} MB" + ("" if int8_mb is None else f", int8 {int8_mb:.0f} MB")
     lines = [
         "# Surrogate LM cost (context PMI: two forward passes per answer)", "",
         f"Command: `{result['command']}`  ", f"Machine: {result['machine']}  ", f"Date: {result['date']}", "",
-        f"Model `{result['model']}` (SmolLM2-135M-Instruct): fp32 {result['fp32_mb']:.0f} MB, int8 {int8_mb:.0f} MB.", "",
+        f"Model `{result['model']}` ({general}): {sizes}.", "",
         "Per signal (fp32, 512-token context + 128-token answer; each row adds to context PMI's two passes):", "",
         "| signals | p50 ms | p95 ms |", "| --- | --- | --- |",
         *[f"| {k} | {v['p50_ms']:.0f} | {v['p95_ms']:.0f} |" for k, v in per_signal.items()], "",
-        "Context PMI alone, fp32 vs int8:", "",
+        "Context PMI alone" + ("" if args.fp32_only else ", fp32 vs int8") + ":", "",
         "| graph | context + answer tokens | p50 ms | p95 ms |", "| --- | --- | --- | --- |",
         *[f"| {g} | {k} | {v['p50_ms']:.0f} | {v['p95_ms']:.0f} |" for g, by in rows.items() for k, v in by.items()], "",
-        f"int8 vs fp32, |mean context PMI| difference over 20 answers (512 + 128 tokens): mean "
-        f"{result['int8_vs_fp32_mean_pmi_abs_diff']['mean']:.3f} nats, max {result['int8_vs_fp32_mean_pmi_abs_diff']['max']:.3f}. "
-        "The shipped graph is fp32: the stacked calibration was fitted on fp32 PMI.", "",
     ]
+    if diffs:
+        agreement = result["int8_vs_fp32_mean_pmi_abs_diff"]
+        lines += [f"int8 vs fp32, |mean context PMI| difference over 20 answers (512 + 128 tokens): mean "
+                  f"{agreement['mean']:.3f} nats, max {agreement['max']:.3f}. "
+                  "The shipped graph is fp32: the stacked calibration was fitted on fp32 PMI.", ""]
     write_results(args.out.with_suffix(".md"), "\n".join(lines), result)
     print("\n".join(lines))
     return 0
