@@ -594,6 +594,36 @@ def card_cli(description: str) -> argparse.ArgumentParser:
     return ap
 
 
+def load_or_train(args: argparse.Namespace, out: Path, train: Callable[[], dict]) -> dict:
+    """A classifier pipeline's metrics: the stored metrics.json (--export-only / --eval-only) or a fresh
+    training run's, saved before anything else can fail."""
+    if args.export_only or args.eval_only:
+        return json.loads((out / "metrics.json").read_text())
+    metrics = train()
+    write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def add_card_facts(cfg: dict, out: Path, metrics: dict) -> None:
+    """What the card shows beside the metrics: the config's notes and the shipped files' size."""
+    if cfg.get("notes"):  # the config's own account of what changed, rendered into the card
+        metrics["notes"] = list(cfg["notes"])
+    metrics["model_bytes"] = dir_size_bytes(out) - dir_size_bytes(out / "work")
+
+
+def card_main(argv: Sequence[str] | None, description: str, role: str, render: Callable[[dict], str]) -> int:
+    """A classifier card renderer's command line: [measure latency into metrics.json,] write README.md."""
+    args = card_cli(description).parse_args(argv)
+    d = args.model_dir
+    m = json.loads((d / "metrics.json").read_text())
+    if args.latency:
+        m["latency"] = measure_latency(d, role)
+        (d / "metrics.json").write_text(json.dumps(m, indent=2) + "\n")
+    (d / "README.md").write_text(render(m), encoding="utf-8")
+    print(f"wrote {d / 'README.md'}")
+    return 0
+
+
 # ---------------------------------------------------------------- latency
 
 LATENCY_PROMPT = "Who was the first woman to win a Nobel Prize in physics?"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import Any
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,7 +74,7 @@ async def _serve(cfg, args: argparse.Namespace, address: str) -> int:  # noqa: A
     import logging
 
     from extproc.config import config_warnings
-    from extproc.server import ServerOptions, SidecarServer, run_until_signal
+    from extproc.server import ServerOptions, SidecarServer
     from extproc.gateway.service import TruthLensService
     from extproc.telemetry.logging import configure_logging
     from extproc.gateway.wiring import GatewayRuntime, build_engine, build_mitigator
@@ -114,13 +115,7 @@ async def _serve(cfg, args: argparse.Namespace, address: str) -> int:  # noqa: A
     server = SidecarServer(TruthLensService(rt), ServerOptions.from_config(cfg, address))
     roles = ",".join(r for r in ("sentinel", "detector", "explainer") if engine.has(r)) or "none"
     try:
-        ready = asyncio.Event()
-        task = asyncio.ensure_future(run_until_signal(server, ready))
-        await ready.wait()
-        print(f"truthlens: sidecar ready on {server.address} (models: {roles}"
-              f"{'; metrics on ' + metrics_server.host + ':' + str(metrics_server.port) if metrics_server else ''})",
-              flush=True)
-        await task
+        await _run_announced(server, "sidecar", roles, metrics_server)
     finally:
         if rt.mitigator is not None:
             await rt.mitigator.close()
@@ -138,7 +133,7 @@ async def _serve_detector_api(cfg, args: argparse.Namespace, address: str) -> in
     from extproc.api.server import DetectorApiServer
     from extproc.config import config_warnings
     from extproc.gateway.wiring import build_local_engine
-    from extproc.server import ServerOptions, run_until_signal
+    from extproc.server import ServerOptions
     from extproc.telemetry.logging import configure_logging
 
     configure_logging(args.log_level or cfg.telemetry.log_level, cfg.telemetry.log_content)
@@ -167,13 +162,7 @@ async def _serve_detector_api(cfg, args: argparse.Namespace, address: str) -> in
     server = DetectorApiServer(engine, ServerOptions.from_config(local, address))
     roles = ",".join(r for r in ("sentinel", "detector", "explainer", "surrogate") if engine.has(r)) or "none"
     try:
-        ready = asyncio.Event()
-        task = asyncio.ensure_future(run_until_signal(server, ready))
-        await ready.wait()
-        print(f"truthlens: detection API ready on {server.address} (models: {roles}"
-              f"{'; metrics on ' + metrics_server.host + ':' + str(metrics_server.port) if metrics_server else ''})",
-              flush=True)
-        await task
+        await _run_announced(server, "detection API", roles, metrics_server)
     finally:
         await engine.close()
         if metrics_server is not None:
@@ -186,6 +175,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="truthlens serve", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+async def _run_announced(server: Any, what: str, roles: str, metrics_server: Any) -> None:
+    """Serve until SIGTERM/SIGINT; once serving, print the ready line tests and operators wait for."""
+    from extproc.server import run_until_signal
+
+    ready = asyncio.Event()
+    task = asyncio.ensure_future(run_until_signal(server, ready))
+    await ready.wait()
+    metrics = f"; metrics on {metrics_server.host}:{metrics_server.port}" if metrics_server else ""
+    print(f"truthlens: {what} ready on {server.address} (models: {roles}{metrics})", flush=True)
+    await task
 
 
 if __name__ == "__main__":

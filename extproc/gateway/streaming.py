@@ -225,8 +225,7 @@ class SseStream:
             rest = text[c.scheduled:]
             bounds = answer_sentences(rest)
             if not finished and bounds:
-                last_start, last_end = bounds[-1]
-                if len(rest) - last_start < self.max_hold_chars:  # the last sentence may still grow
+                if len(rest) - bounds[-1][0] < self.max_hold_chars:  # the last sentence may still grow
                     bounds = bounds[:-1]
             for s, e in bounds:
                 s += len(rest[s:e]) - len(rest[s:e].lstrip())  # a sentence starts at its first word

@@ -26,6 +26,7 @@ from tests.deploy.support import (
     validate_object,
     with_tls_dir,
 )
+from tests.helpers.envoy_yaml import ext_proc_filters
 
 GPU = ("-f", str(GPU_PREMIUM_VALUES))
 GATEWAY = ("-f", str(ROOT / "k8s" / "gateway" / "values-envoy-gateway.yaml"))
@@ -338,17 +339,8 @@ def test_sidecar_asks_envoy_for_at_most_what_envoy_allows(name: str) -> None:
     objs = helm_template(*RENDERINGS[name])
     cfg = yaml.safe_load(find(objs, "ConfigMap", "-config")["data"]["config.yaml"])
     envoy = yaml.safe_load(find(objs, "ConfigMap", "-envoy")["data"]["envoy.yaml"])
-    caps = {f["typed_config"]["max_message_timeout"] for f in _ext_proc_filters(envoy)}
+    caps = {f["max_message_timeout"] for f in ext_proc_filters(envoy)}
     assert caps == {f"{cfg['server']['envoy_max_message_timeout_s']:g}s"}
-
-
-def _ext_proc_filters(node: Any) -> list[dict[str, Any]]:
-    if isinstance(node, dict):
-        own = [node] if node.get("name") == "envoy.filters.http.ext_proc" else []
-        return own + [f for v in node.values() for f in _ext_proc_filters(v)]
-    if isinstance(node, list):
-        return [f for v in node for f in _ext_proc_filters(v)]
-    return []
 
 
 def test_listen_on_pod_ip_brings_back_grpc_probes_and_direct_metrics(tmp_path: Path) -> None:

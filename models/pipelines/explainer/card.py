@@ -90,15 +90,7 @@ def explainer_card(m: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = shared.card_cli(__doc__.splitlines()[0]).parse_args(argv)
-    d = args.model_dir
-    m = json.loads((d / "metrics.json").read_text())
-    if args.latency:
-        m["latency"] = shared.measure_latency(d, "explainer")
-        (d / "metrics.json").write_text(json.dumps(m, indent=2) + "\n")
-    (d / "README.md").write_text(explainer_card(m), encoding="utf-8")
-    print(f"wrote {d / 'README.md'}")
-    return 0
+    return shared.card_main(argv, __doc__.splitlines()[0], "explainer", explainer_card)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ that model is the grounding verifier.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -82,16 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     splits = build_splits(cfg, Path(args.data))
     print({k: len(v) for k, v in splits.items()}, flush=True)
-    if args.export_only or args.eval_only:
-        metrics = json.loads((out / "metrics.json").read_text())
-    else:
-        metrics = run(cfg, splits, out, base, max_steps=args.max_steps)
-        shared.write_json(out / "metrics.json", metrics)
+    metrics = shared.load_or_train(args, out, lambda: run(cfg, splits, out, base, max_steps=args.max_steps))
     if not args.eval_only:
         metrics["export"] = export(cfg, out, metrics, Path(args.config).as_posix())
-    if cfg.get("notes"):  # the config's own account of what changed, rendered into the card
-        metrics["notes"] = list(cfg["notes"])
-    metrics["model_bytes"] = shared.dir_size_bytes(out) - shared.dir_size_bytes(out / "work")
+    shared.add_card_facts(cfg, out, metrics)
     if splits["test"]:
         evaluate_served(out, cfg, splits["test"], metrics)
     shared.write_json(out / "metrics.json", metrics)

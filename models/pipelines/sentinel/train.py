@@ -8,7 +8,6 @@ graph's dev metrics in `export.py`; metrics.json lands in --out, and `card.py` r
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -71,17 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     splits = build_splits(cfg, Path(args.data))
     print({k: len(v) for k, v in splits.items()}, flush=True)
-    if args.export_only or args.eval_only:
-        metrics = json.loads((out / "metrics.json").read_text())
-    else:
-        metrics = run(cfg, splits, out, base, max_steps=args.max_steps)
-        shared.write_json(out / "metrics.json", metrics)
+    metrics = shared.load_or_train(args, out, lambda: run(cfg, splits, out, base, max_steps=args.max_steps))
     if not args.eval_only:
         metrics["export"] = export(cfg, out, metrics.get("threshold_torch_fp32", metrics["threshold"]))
     metrics.pop("export_seconds", None)
-    if cfg.get("notes"):  # the config's own account of what changed, rendered into the card
-        metrics["notes"] = list(cfg["notes"])
-    metrics["model_bytes"] = shared.dir_size_bytes(out) - shared.dir_size_bytes(out / "work")
+    shared.add_card_facts(cfg, out, metrics)
     if splits["dev"]:
         evaluate_served(out, splits, metrics)
     shared.write_json(out / "metrics.json", metrics)

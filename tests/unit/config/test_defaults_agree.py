@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterator
 
 import pytest
 import yaml
 
 from extproc.config import default_config, mitigation_budget_s
 from extproc.devtools.envoy_config import EnvoyOptions, render
+from tests.helpers.envoy_yaml import ext_proc_filters
 
 ROOT = Path(__file__).resolve().parents[3]
 ENVOY_CONFIGS = [ROOT / "envoy" / "local.yaml", ROOT / "envoy" / "production.yaml"]
@@ -22,18 +22,6 @@ def seconds(duration: str) -> float:
     m = re.fullmatch(r"([0-9.]+)(ms|s|m|h)", duration)
     assert m, duration
     return float(m.group(1)) * UNITS[m.group(2)]
-
-
-def ext_proc_filters(node: Any) -> Iterator[dict[str, Any]]:
-    """Every ext_proc filter's typed_config in an Envoy bootstrap (all listeners)."""
-    if isinstance(node, dict):
-        if node.get("name") == "envoy.filters.http.ext_proc":
-            yield node["typed_config"]
-        for v in node.values():
-            yield from ext_proc_filters(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from ext_proc_filters(v)
 
 
 @pytest.mark.parametrize("path", ENVOY_CONFIGS, ids=lambda p: p.name)
