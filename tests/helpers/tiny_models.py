@@ -1,4 +1,4 @@
-"""Tiny random BERT / ModernBERT checkpoints exported into TruthLens model directories.
+"""Tiny random BERT / ModernBERT / MPNet checkpoints exported into TruthLens model directories.
 
 Built locally with transformers + tokenizers (no downloads) and exported with
 `extproc.inference.export.export_model`, so tests exercise the real export and
@@ -10,7 +10,8 @@ Use the session-scoped fixture `tiny_models` (registered in tests/conftest.py):
     def test_x(tiny_models):
         engine_dir = tiny_models["bert-token"]      # a pathlib.Path
 
-Keys: bert-token, bert-seq, bert-nli, modernbert-token, modernbert-seq.
+Keys: bert-token, bert-seq, bert-nli, modernbert-token, modernbert-seq, mpnet-token (the quality tier's
+architecture: no token_type_ids, relative position buckets).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def _modernbert_tokenizer(hf_dir: Path) -> int:
 
 
 def build_checkpoint(kind: str, head: str, hf_dir: Path, num_labels: int = 2, seed: int = 0) -> Path:
-    """Save a tiny random checkpoint (kind: bert | modernbert; head: token | seq)."""
+    """Save a tiny random checkpoint (kind: bert | modernbert | mpnet; head: token | seq)."""
     import torch
     from transformers import (
         BertConfig,
@@ -74,6 +75,9 @@ def build_checkpoint(kind: str, head: str, hf_dir: Path, num_labels: int = 2, se
         ModernBertConfig,
         ModernBertForSequenceClassification,
         ModernBertForTokenClassification,
+        MPNetConfig,
+        MPNetForSequenceClassification,
+        MPNetForTokenClassification,
     )
 
     torch.manual_seed(seed)
@@ -91,6 +95,15 @@ def build_checkpoint(kind: str, head: str, hf_dir: Path, num_labels: int = 2, se
             sep_token_id=2, bos_token_id=1, eos_token_id=2, global_attn_every_n_layers=2, local_attention=32, **common,
         )
         model = (ModernBertForTokenClassification if head == "token" else ModernBertForSequenceClassification)(config)
+    elif kind == "mpnet":
+        # all-mpnet-base-v2 ships a word-piece tokenizer.json (the file export copies); here: BERT's special tokens
+        from tokenizers import BertWordPieceTokenizer
+
+        _bert_vocab_dir(hf_dir)
+        BertWordPieceTokenizer(str(hf_dir / "vocab.txt"), lowercase=True).save(str(hf_dir / "tokenizer.json"))
+        vocab = len((hf_dir / "vocab.txt").read_text(encoding="utf-8").splitlines())
+        config = MPNetConfig(vocab_size=vocab, max_position_embeddings=POSITIONS + 2, **common)
+        model = (MPNetForTokenClassification if head == "token" else MPNetForSequenceClassification)(config)
     else:
         raise ValueError(kind)
     if num_labels == 3:
@@ -106,6 +119,7 @@ SPECS = {
     "bert-nli": ("bert", "seq", "nli", 3),
     "modernbert-token": ("modernbert", "token", "token-classification", 2),
     "modernbert-seq": ("modernbert", "seq", "sequence-classification", 2),
+    "mpnet-token": ("mpnet", "token", "token-classification", 2),
 }
 
 

