@@ -13,7 +13,8 @@ A config with `data.grounding` (models/verifier/train.yaml) also trains on groun
 (context window, answer sentence) -> supported or not. Two kinds of item, one model (3-way NLI
 head, so it also serves as the explainer):
   - NLI pairs (the sources above): entailment / neutral / contradiction, full 3-way loss;
-  - grounding pairs from span-labelled answers (the converter's *train* parts only): every answer
+  - grounding pairs from span-labelled answers (never a suite sample: the converter's *train* parts, or with
+    `data.grounding_dir` the suite-fit parts `suite_fit.py` writes): every answer
     sentence against the context window serving would score it on; a sentence overlapping a gold
     span is "not supported" (loss on P(entailment) alone: the data rarely says whether it is
     neutral or contradicting), any other sentence "supported" (entailment).

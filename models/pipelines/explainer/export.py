@@ -19,7 +19,8 @@ def export(cfg: dict[str, Any], out_dir: Path, metrics: dict[str, Any],
         parity = shared.export_classifier(
             out_dir / "work" / "hf", "explainer", out_dir, list(LABELS), cfg["max_length"],
             threshold=(metrics.get("nli_entailment") or {}).get("threshold"),
-            provenance={"base_model": shared.BASE_MODEL_NAME, "seed": cfg["seed"], "config": config_path})
+            provenance={"base_model": shared.BASE_MODEL_NAME, "seed": cfg["seed"], "config": config_path,
+                        **({"init_from": cfg["init_from"]} if cfg.get("init_from") else {})})
     return {"seconds": t_export["seconds"], **{k: v for k, v in parity.items() if "diff" in k or k == "ok"}}
 
 

@@ -8,6 +8,9 @@ context entails the sentence holding it). Accuracy is reported per held-out sour
 A config with `data.grounding` also trains on answer sentences against their context window
 (`data.py`), with the loss on P(entailment) alone for unsupported sentences:
 that model is the grounding verifier.
+`init_from:` (a path, relative to the repository root) starts from that Hugging Face checkpoint instead of
+the base encoder, its head included: e.g. a finished explainer run's <out>/work/hf, so the verifier is an
+NLI model fine-tuned further (models/verifier/train.yaml). `--base` still overrides it.
 """
 
 from __future__ import annotations
@@ -77,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = shared.classifier_cli(__doc__.splitlines()[0], "explainer", shared.SHARED_DATA / "nli")
     args = ap.parse_args(argv)
     cfg = shared.load_yaml(args.config)
-    base = Path(args.base) if args.base else shared.base_model_dir()
+    base = Path(args.base) if args.base else (
+        shared.REPO_ROOT / cfg["init_from"] if cfg.get("init_from") else shared.base_model_dir(cfg.get("base_model")))
     out = Path(args.out)
     splits = build_splits(cfg, Path(args.data))
     print({k: len(v) for k, v in splits.items()}, flush=True)
