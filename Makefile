@@ -105,6 +105,8 @@ models: setup-dev
 	$(PY) -m models.pipelines.detector.card models/detector --latency
 	$(PY) -m models.pipelines.detector.train --config models/detector-deep/train.yaml --out models/detector-deep
 	$(PY) -m models.pipelines.detector.card models/detector-deep --latency
+	$(PY) -m models.pipelines.detector.train --config models/detector-full/train.yaml --out models/detector-full
+	$(PY) -m models.pipelines.detector.card models/detector-full --latency
 	# the served score's calibration, on the real-output suite's RAG dev parts (fresh scores for the new models);
 	# it prints the calibrated operating point: thresholds.response's default must follow (a test checks it)
 	rm -rf data-cache/suite/scores
@@ -112,6 +114,8 @@ models: setup-dev
 		--out data-cache/suite/calibration
 	$(PY) -m bench.real_output_suite --candidates detector_deep+verifier --fit-calibration detector_deep+verifier \
 		--out data-cache/suite/calibration-deep
+	$(PY) -m bench.real_output_suite --candidates detector_full+verifier --fit-calibration detector_full+verifier \
+		--out data-cache/suite/calibration-full
 
 # The real-output suite (../shared/data): answers real models wrote, labelled by people; thresholds chosen on
 # suite-dev, numbers on suite-test. Per-example scores are cached in data-cache/suite (delete it after retraining).

@@ -276,6 +276,7 @@ PRODUCERS: dict[str, Callable[[list[dict], argparse.Namespace], list[dict]]] = {
     "lumina": _lumina,
     "detector_tokens": _detector_tokens("models/detector"),
     "detector_deep_tokens": _detector_tokens("models/detector-deep"),
+    "detector_full_tokens": _detector_tokens("models/detector-full"),
     "verifier_nli": _verifier("models/explainer"),
     "verifier_trained_nli": _verifier("models/verifier"),
     "served": _served,
@@ -365,6 +366,8 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
                  "3-layer detector, evidence-aware windows (min over context windows)"),
     "detector_deep": (("detector_deep_tokens",), lambda r: _token_scored(r, "min"), None,
                       "4-layer detector-deep, evidence-aware windows"),
+    "detector_full": (("detector_full_tokens",), lambda r: _token_scored(r, "min"), None,
+                      "6-layer detector-full (all of MiniLM-L6), evidence-aware windows"),
     "verifier": (("verifier_nli",), _sentence_scored, None,
                  "sentence verifier: bundled NLI model, 1 - max P(entailment) over context windows, worst sentence"),
     "detector+verifier": (("detector_tokens", "verifier_nli"), _fused, None,
@@ -375,6 +378,8 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
                "calibration, thresholds.response)"),
     "detector_deep+verifier": (("detector_deep_tokens", "verifier_nli"), _fused, None,
                                "score_method fused with the optional 4-layer detector-deep"),
+    "detector_full+verifier": (("detector_full_tokens", "verifier_nli"), _fused, None,
+                               "score_method fused with the 6-layer detector-full"),
     "context_pmi_int8": (("pmi_int8",), lambda r: Scored(r["score"]), None,
                          "context PMI under the int8 surrogate graph (opt-in: not served)"),
     "context_pmi_gemma": (("pmi_gemma",), lambda r: Scored(r["score"]), None,
@@ -410,6 +415,7 @@ SERVABLE = {
     "detector+verifier": {"detector": "models/detector", "explainer": "models/explainer"},
     "detector+verifier_trained": {"detector": "models/detector", "explainer": "models/verifier"},
     "detector_deep+verifier": {"detector": "models/detector-deep", "explainer": "models/explainer"},
+    "detector_full+verifier": {"detector": "models/detector-full", "explainer": "models/explainer"},
     "detector+verifier+pmi": {"detector": "models/detector", "explainer": "models/explainer",
                               "surrogate": "models/surrogate"},
 }
@@ -417,8 +423,8 @@ SERVABLE = {
 
 # what `make eval` runs; the trained-verifier candidates need models/verifier (tried, not shipped: its card)
 DEFAULT_CANDIDATES = ["flag_all", "length", "context_pmi", "lens_emergence", "context_mmd", "latent_audit",
-                      "detector_max", "detector", "detector_deep", "verifier", "detector+verifier",
-                      "detector_deep+verifier", "detector+verifier+pmi", "detector+verifier+lumina",
+                      "detector_max", "detector", "detector_deep", "detector_full", "verifier", "detector+verifier",
+                      "detector_deep+verifier", "detector_full+verifier", "detector+verifier+pmi", "detector+verifier+lumina",
                       "detector+verifier+pmi+audit", "served"]
 
 

@@ -72,13 +72,14 @@ def test_default_response_threshold_and_score_method_follow_the_bundled_calibrat
     assert list(stacked["signals"]) == ["context_pmi"] and tl.signals.context_pmi
 
 
-def test_the_optional_deep_detector_ships_its_own_calibration() -> None:
+@pytest.mark.parametrize("name", ["detector-deep", "detector-full"])
+def test_the_optional_detectors_ship_their_own_calibration(name: str) -> None:
     from extproc.inference.calibration import CalibrationSet, check_models
 
     root = EXAMPLE.parents[1] / "models"
-    (cal,) = CalibrationSet.load(root / "detector-deep" / "calibration.json").fits
-    check_models(cal, {"detector": root / "detector-deep" / "model.onnx", "explainer": root / "explainer" / "model.onnx"},
-                 "models/detector-deep/calibration.json")  # fitted for the committed model files
+    (cal,) = CalibrationSet.load(root / name / "calibration.json").fits
+    check_models(cal, {"detector": root / name / "model.onnx", "explainer": root / "explainer" / "model.onnx"},
+                 f"models/{name}/calibration.json")  # fitted for the committed model files
     assert cal.raw_score == "fused" and 0.0 < cal.fitted_on["recommended_response_threshold"] < 1.0
 
 
