@@ -395,6 +395,8 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
     "detector+verifier+pmi+audit": (("detector_tokens", "verifier_nli", "pmi", "surrogate_hidden"),
                                     lambda tok, ver, pmi, _hidden: _fused_pmi(tok, ver, pmi), None,
                                     "fused score stacked with context PMI and LatentAudit's distance"),
+    "detector_full+verifier+pmi": (("detector_full_tokens", "verifier_nli", "pmi"), _fused_pmi, None,
+                                   "the 6-layer detector-full's fused score stacked with context PMI (as the served stack)"),
     "detector+verifier+pmi": (("detector_tokens", "verifier_nli", "pmi"), _fused_pmi, None,
                               "fused score stacked with the surrogate's context PMI: logistic fit on the suite-dev "
                               "parts of every set but faithdial (p = sigmoid(a logit(doubt) + w pmi + b) per sentence)"),
@@ -424,7 +426,8 @@ SERVABLE = {
 # what `make eval` runs; the trained-verifier candidates need models/verifier (tried, not shipped: its card)
 DEFAULT_CANDIDATES = ["flag_all", "length", "context_pmi", "lens_emergence", "context_mmd", "latent_audit",
                       "detector_max", "detector", "detector_deep", "detector_full", "verifier", "detector+verifier",
-                      "detector_deep+verifier", "detector_full+verifier", "detector+verifier+pmi", "detector+verifier+lumina",
+                      "detector_deep+verifier", "detector_full+verifier", "detector+verifier+pmi",
+                      "detector_full+verifier+pmi", "detector+verifier+lumina",
                       "detector+verifier+pmi+audit", "served"]
 
 

@@ -15,8 +15,8 @@ numbers then go through the same function the gateway uses.
 Reported per split of the real-output suite (`suite_split` of the question digest, as in
 `bench/real_output_suite.py`): each number's AUROC alone (oriented: low logprob = doubt), and a logistic
 stack of the served score (cached by the suite: run `make eval` first) with each number, fitted on real_rag's
-suite-dev part and read on its suite-test part, pooled and per writer. Caveats: the answer is re-tokenized from its stripped text, so
-a token boundary can differ from the sampled one; these writers are tiny models, not the deployed LLMs a
+suite-dev part and read on its suite-test part, pooled and per writer. Caveats: the answer is re-tokenized
+from its stripped text, so a token boundary can differ from the sampled one; these writers are tiny models, not the deployed LLMs a
 gateway fronts; 260 answers.
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +83,8 @@ def doubt(sig: dict[str, float], name: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared/data/hallucination folder")
-    ap.add_argument("--served", type=Path, default=REPO / "data-cache" / "suite" / "scores" / "served" / "real_rag.jsonl",
+    ap.add_argument("--served", type=Path,
+                    default=REPO / "data-cache" / "suite" / "scores" / "served" / "real_rag.jsonl",
                     help="the suite's cached served scores for real_rag (make eval)")
     ap.add_argument("--cache", type=Path, default=REPO / "data-cache" / "writer-logprobs.json",
                     help="per-token logprobs of the teacher-forced passes (reused when present)")

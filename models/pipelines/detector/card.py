@@ -125,7 +125,7 @@ SUITE = shared.REPO_ROOT / "bench" / "results" / "real-output-suite.json"
 SUITE_ROWS = {
     "models/detector": ("detector_max", "detector", "detector+verifier", "detector+verifier+pmi", "served"),
     "models/detector-deep": ("detector_deep", "detector_deep+verifier"),
-    "models/detector-full": ("detector_full", "detector_full+verifier"),
+    "models/detector-full": ("detector_full", "detector_full+verifier", "detector_full+verifier+pmi"),
 }
 
 
