@@ -26,6 +26,7 @@ help:
 	@echo "make eval    the real-output suite: every candidate on human-labelled real-model answers"
 	@echo "make test-llm  opt-in: the gateway in front of a real LLM (llama-cpp-python + SmolLM2; builds ~5 min)"
 	@echo "make fuzz    1,000,000 hostile inputs across the parsers and the config (bench/results/fuzz.md)"
+	@echo "make setup-mpnet  opt-in: all-mpnet-base-v2 (~400 MB), the quality tier's base encoder (base_model in a config)"
 
 # Serving needs no torch: `make run` installs the base package and what builds the surrogate LM.
 $(VENV)/.serve-stamp: pyproject.toml
