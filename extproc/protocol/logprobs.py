@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from extproc.protocol.openai import ProtocolError, dump_json, read_json
 
@@ -118,43 +118,41 @@ def _with_comma(raw: bytes, start: int, end: int, first: bool, last: bool) -> tu
 
 def _members(raw: bytes, i: int):
     """(key, key start, value start, value end) of the object starting at raw[i] == '{'."""
-    i = _skip_ws(raw, i + 1)
-    if raw[i:i + 1] == b"}":
-        return
-    while True:
-        k_start = i
-        k_end = _skip_value(raw, i)
-        key = json.loads(raw[k_start:k_end])
-        i = _skip_ws(raw, k_end)
-        if raw[i:i + 1] != b":":
-            raise ValueError("expected ':'")
-        v_start = _skip_ws(raw, i + 1)
-        v_end = _skip_value(raw, v_start)
-        yield key, k_start, v_start, v_end
-        i = _skip_ws(raw, v_end)
-        if raw[i:i + 1] == b",":
-            i = _skip_ws(raw, i + 1)
-        elif raw[i:i + 1] == b"}":
-            return
-        else:
-            raise ValueError("expected ',' or '}'")
+    return _items(raw, i, b"}", _member)
+
+
+def _member(raw: bytes, k_start: int) -> tuple[tuple[Any, int, int, int], int]:
+    k_end = _skip_value(raw, k_start)
+    key = json.loads(raw[k_start:k_end])
+    i = _skip_ws(raw, k_end)
+    if raw[i:i + 1] != b":":
+        raise ValueError("expected ':'")
+    v_start = _skip_ws(raw, i + 1)
+    v_end = _skip_value(raw, v_start)
+    return (key, k_start, v_start, v_end), v_end
 
 
 def _elements(raw: bytes, i: int):
     """(start, end) of each element of the array starting at raw[i] == '['."""
+    return _items(raw, i, b"]", lambda raw, start: ((start, end := _skip_value(raw, start)), end))
+
+
+def _items(raw: bytes, i: int, close: bytes, item: Callable[[bytes, int], tuple[Any, int]]):
+    """What `item(raw, start)` reads from each item of the object or array opening at raw[i], up to `close`;
+    `item` also returns where its item ends, and the separators between items are checked here."""
     i = _skip_ws(raw, i + 1)
-    if raw[i:i + 1] == b"]":
+    if raw[i:i + 1] == close:
         return
     while True:
-        end = _skip_value(raw, i)
-        yield i, end
+        found, end = item(raw, i)
+        yield found
         i = _skip_ws(raw, end)
         if raw[i:i + 1] == b",":
             i = _skip_ws(raw, i + 1)
-        elif raw[i:i + 1] == b"]":
+        elif raw[i:i + 1] == close:
             return
         else:
-            raise ValueError("expected ',' or ']'")
+            raise ValueError(f"expected ',' or '{close.decode()}'")
 
 
 def _skip_ws(raw: bytes, i: int) -> int:
