@@ -128,7 +128,7 @@ def bench_row_sizes(args: argparse.Namespace, det: Detector, repeats: int) -> li
     """ONNX session time for one row of 128/256/512 tokens, with the bench's threads and with 1:
     which window size a latency target allows on this CPU."""
     full = det.prepare([synthetic_text(det.model.tokenizer, 4096, 7)], QUESTION, ANSWER).rows[0]
-    single = OnnxModel(args.detector, "detector", RuntimeOptions("cpu", 1, 1))
+    single = OnnxModel(args.detector, "detector", RuntimeOptions(args.provider, 1, 1))
     out = []
     for n in (128, 256, 512):
         if n > len(full):
@@ -187,7 +187,7 @@ def bench_throughput(args: argparse.Namespace, concurrencies: list[int]) -> dict
     for name, overrides in modes.items():
         settings = EngineSettings.from_config(
             default_config(), sentinel_dir=None, detector_dir=args.detector, explainer_dir=None, surrogate_dir=None,
-            explainer_enabled=False, provider="cpu", intra_op_threads=args.threads, **overrides)
+            explainer_enabled=False, provider=args.provider, intra_op_threads=args.threads, **overrides)
         engine = build_engine(settings)
         ctx = synthetic_text(engine.detector.model.tokenizer, args.throughput_context, seed=11)
         windows = len(engine.detector.prepare([ctx], QUESTION, ANSWER).rows)
@@ -221,9 +221,12 @@ def rss_child(args: argparse.Namespace) -> None:
     (a full `max_batch_tokens` batch of max_length rows) is what the sidecar holds afterwards.
     """
     kb: dict[str, int] = {"baseline": _vm("VmRSS")}
+    # the 16K-token request stands for concurrent requests whose rows the batcher packs into full batches:
+    # one request alone may not exceed batching.max_request_tokens, several at once fill the same batches
     engine = build_engine(EngineSettings.from_config(
         default_config(), sentinel_dir=args.sentinel, detector_dir=args.detector, explainer_dir=args.explainer,
-        surrogate_dir=None, provider="cpu", intra_op_threads=args.threads, max_batch_tokens=args.rss_batch_tokens))
+        surrogate_dir=None, provider=args.provider, intra_op_threads=args.threads, max_batch_tokens=args.rss_batch_tokens,
+        max_request_tokens=4 * 16384))
     kb["loaded"] = _vm("VmRSS")
     tok = engine.detector.model.tokenizer
 
@@ -253,7 +256,8 @@ def bench_rss(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = []
     for budget in [int(x) for x in args.rss_batch_budgets.split(",")]:
         cmd = [sys.executable, "-m", "bench.inference_bench", "--rss-child", "--detector", args.detector, "--explainer", args.explainer,
-               "--sentinel", args.sentinel, "--threads", str(args.threads), "--rss-batch-tokens", str(budget)]
+               "--sentinel", args.sentinel, "--threads", str(args.threads), "--provider", args.provider,
+               "--rss-batch-tokens", str(budget)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
         out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(f"rss max_batch_tokens={budget}: {out[-1]['mib']}", file=sys.stderr)
@@ -285,6 +289,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", default="1,8,32")
     p.add_argument("--repeats", type=int, default=20, help="timed calls at <= 512 tokens (fewer for longer)")
     p.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads (2 = the target machine)")
+    p.add_argument("--provider", choices=("cpu", "cuda"), default="cpu",
+                   help="onnxruntime provider (cuda: a GPU host with onnxruntime-gpu; it fails when CUDA does not run)")
     p.add_argument("--throughput-context", type=int, default=256, help="context tokens per throughput request")
     p.add_argument("--min-requests", type=int, default=48)
     p.add_argument("--quick", action="store_true", help="few repeats: check the harness, not the numbers")
@@ -315,11 +321,12 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.render).with_suffix(".md").write_text(write_markdown(result))
         return 0
     lengths = [int(x) for x in args.lengths.split(",")]
-    opts = RuntimeOptions("cpu", args.threads, 1)
+    opts = RuntimeOptions(args.provider, args.threads, 1)
     started = dt.datetime.now(dt.timezone.utc)
     result: dict[str, Any] = {
         "command": command("bench.inference_bench", argv),
         "date_utc": started.strftime("%Y-%m-%d %H:%M UTC"), "quick": args.quick, "threads": args.threads,
+        "provider": args.provider,
         "machine": machine(), "notes": list(args.note),
         "models": {r: model_info(getattr(args, r)) for r in ("detector", "explainer", "sentinel")
                    if Path(getattr(args, r), "truthlens.json").is_file()},

@@ -6,10 +6,19 @@ from typing import Any
 
 TARGET_WINDOW_MS = 25.0
 TARGET_RSS_MIB = 1024.0
+PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
 def _f(x: float) -> str:
     return f"{x:.1f}"
+
+
+def gpu_line(r: dict[str, Any]) -> str:
+    """Which GPU the numbers come from, or how to take GPU numbers."""
+    if r.get("provider") == "cuda":
+        return f"- GPU: {r['machine']['gpu']} (onnxruntime CUDA provider)"
+    return ("- GPU: not used; for GPU numbers rerun the same command with `--provider cuda` on a GPU host with "
+            "onnxruntime-gpu (`bench/results/gpu-cost.md` has torch figures for the same shapes on an H200).")
 
 
 def _header(r: dict[str, Any]) -> list[str]:
@@ -22,11 +31,10 @@ def _header(r: dict[str, Any]) -> list[str]:
         f"- Machine: {m['cpu']}, {m['cores']} cores, SIMD {'/'.join(m.get('simd') or ['?'])} (load average "
         f"{m['loadavg_start'][0]:.1f} at start, {m['loadavg_end'][0]:.1f} at end: above the core count means "
         f"other jobs shared the CPU); onnxruntime {m['onnxruntime']} "
-        f"CPUExecutionProvider, intra-op threads {r['threads']}",
+        f"{PROVIDER_NAMES[r.get('provider', 'cpu')]}, intra-op threads {r['threads']}",
         "- Models: " + "; ".join(f"{role} `{i['path']}` ({i['name']}, max_length {i['max_length']}, "
                                  f"{i['onnx_mb']} MB)" for role, i in r["models"].items()),
-        "- GPU: none on this machine; no GPU numbers were taken (rerun the same command on a GPU host with "
-        "onnxruntime-gpu and `provider: cuda` settings to fill that in).",
+        gpu_line(r),
         "- `cpu ms` = process CPU time per call (all threads). On a shared machine wall time also measures "
         "the other jobs and CPU time is the steadier number; with 2 idle cores, wall is roughly cpu / 2.",
         "",
