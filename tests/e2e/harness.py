@@ -2,7 +2,8 @@
 
 Order: scripted upstream, then the sidecar (gRPC health SERVING), then Envoy (admin /ready).
 The sidecar runs in-process on its own thread and event loop so a test can give it an engine
-double and read its stream gauge; `SidecarProcess` runs the real `truthlens serve` instead.
+double and read its stream gauge; `SidecarProcess` runs the real `truthlens serve` instead, and `process_stack`
+starts it with Envoy in front of an upstream and stops all of them whatever happens.
 Envoy itself (`EnvoyProcess`) comes from extproc/devtools/processes.py, shared with the gateway benchmark.
 """
 
@@ -13,12 +14,12 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 from extproc.config import default_config
-from extproc.devtools.processes import EnvoyProcess, free_port, terminate, wait_grpc_serving, wait_http_ok
+from extproc.devtools.processes import EnvoyProcess, free_port, terminate, wait_grpc_serving
 from extproc.inference.api import DetectionResult, ModelInfo, Overloaded, SentinelResult, Span
 from extproc.server import ServerOptions, SidecarServer
 
@@ -80,6 +81,26 @@ class SidecarProcess:
     def stop(self) -> int:
         terminate(self.proc)
         return self.proc.returncode
+
+
+@contextmanager
+def process_stack(config: str | Path, upstream: Any, *, ready_timeout: float = 120.0, also_stop: Sequence[Any] = (),
+                  **envoy: Any) -> Iterator[tuple[SidecarProcess, EnvoyProcess]]:
+    """`truthlens serve` with `config` and a real Envoy in front of `upstream` (keyword arguments: EnvoyProcess
+    options). On exit, whatever happened, Envoy stops first, then the sidecar, `also_stop` and the upstream."""
+    sidecar = SidecarProcess(str(config))
+    proxy: EnvoyProcess | None = None
+    try:
+        sidecar.wait_ready(timeout=ready_timeout)
+        proxy = EnvoyProcess(sidecar.address, upstream.url, **envoy).start()
+        yield sidecar, proxy
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        sidecar.stop()
+        for part in also_stop:
+            part.stop()
+        upstream.stop()
 
 
 # ---- an Engine test double ---------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from extproc.devtools.demo_upstream import Script, completion_json, completion_sse_chunks, start_demo_upstream
-from tests.e2e.harness import EnvoyProcess, SidecarProcess
+from tests.e2e.harness import process_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -35,18 +35,8 @@ def stack(tiny_models, tmp_path_factory):
         "big-sse": Script(content_type="text/event-stream", delay_s=0.0,
                           chunks=completion_sse_chunks(BIG_ANSWER, "m", words_per_chunk=4000)),
     }
-    upstream = start_demo_upstream(scripts=scripts)
-    sidecar = SidecarProcess(str(cfg))
-    envoy = None
-    try:
-        sidecar.wait_ready(timeout=120)
-        envoy = EnvoyProcess(sidecar.address, upstream.url).start()
+    with process_stack(cfg, start_demo_upstream(scripts=scripts)) as (_, envoy):
         yield envoy, scripts
-    finally:
-        if envoy is not None:
-            envoy.stop()
-        sidecar.stop()
-        upstream.stop()
 
 
 def _post(envoy, script: str, context: list[str], stream: bool = False) -> tuple[httpx.Response, float]:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from extproc.devtools.demo_upstream import INJECTED_CLAIM, start_demo_upstream
-from tests.e2e.harness import REPO, EnvoyProcess, SidecarProcess, free_port, terminate, wait_grpc_serving
+from tests.e2e.harness import REPO, EnvoyProcess, free_port, process_stack, terminate, wait_grpc_serving
 
 pytestmark = pytest.mark.e2e
 
@@ -69,19 +69,9 @@ def pool_gateway(tiny_models, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "inference_timeout_ms": 20000,
         "models": {"sentinel": missing, "detector": missing, "explainer": missing, "surrogate": missing},
         "inference": {"remote": [pool.address], "deadline_ms": 15000, "retries": 1}}}))
-    upstream = start_demo_upstream(chunk_delay_s=0.002)
-    sidecar = SidecarProcess(str(sidecar_cfg))
-    envoy = None
-    try:
-        sidecar.wait_ready(timeout=60)
-        envoy = EnvoyProcess(sidecar.address, upstream.url, message_timeout_s=30).start()
+    with process_stack(sidecar_cfg, start_demo_upstream(chunk_delay_s=0.002), ready_timeout=60, also_stop=[pool],
+                       message_timeout_s=30) as (_, envoy):
         yield pool, envoy
-    finally:
-        if envoy is not None:
-            envoy.stop()
-        sidecar.stop()
-        pool.stop()
-        upstream.stop()
 
 
 def ask(client: openai.OpenAI) -> tuple[int, dict[str, str], str]:

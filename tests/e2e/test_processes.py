@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from extproc.devtools.demo_upstream import start_demo_upstream
-from tests.e2e.harness import REPO, EnvoyProcess, SidecarProcess, free_port
+from tests.e2e.harness import REPO, EnvoyProcess, SidecarProcess, free_port, process_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -45,19 +45,9 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         models = {role: str(MODELS / role) if (MODELS / role / "truthlens.json").exists() else None
                   for role in ("sentinel", "detector", "explainer", "surrogate")}
     cfg = write_cfg(tmp_path_factory.mktemp("cfg") / "tl.yaml", models)
-    upstream = start_demo_upstream(chunk_delay_s=0.002)
-    sidecar = SidecarProcess(cfg)
-    try:
-        sidecar.wait_ready(timeout=180)
-        envoy = EnvoyProcess(sidecar.address, upstream.url, message_timeout_s=30).start()
-    except BaseException:
-        sidecar.stop()
-        upstream.stop()
-        raise
-    yield request.param, envoy
-    envoy.stop()
-    sidecar.stop()
-    upstream.stop()
+    with process_stack(cfg, start_demo_upstream(chunk_delay_s=0.002), ready_timeout=180,
+                       message_timeout_s=30) as (_, envoy):
+        yield request.param, envoy
 
 
 def ask(envoy: EnvoyProcess, stream: bool = False) -> httpx.Response:

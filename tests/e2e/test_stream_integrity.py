@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from extproc.devtools.demo_upstream import Script, completion_sse_chunks, start_demo_upstream
-from tests.e2e.harness import EnvoyProcess, SidecarProcess
+from tests.e2e.harness import process_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -31,11 +31,7 @@ def test_a_sidecar_lost_mid_stream_loses_no_byte(fault: str, tiny_models, tmp_pa
     pieces = [body[i:i + 53] for i in range(0, len(body), 53)]  # events split across chunks: replies wait
     upstream = start_demo_upstream(scripts={"slow": Script(content_type="text/event-stream", chunks=pieces,
                                                           delay_s=0.01)})
-    sidecar = SidecarProcess(str(cfg))
-    envoy = None
-    try:
-        sidecar.wait_ready(timeout=120)
-        envoy = EnvoyProcess(sidecar.address, upstream.url, message_timeout_s=1.0).start()
+    with process_stack(cfg, upstream, message_timeout_s=1.0) as (sidecar, envoy):
         received = bytearray()
         status: list[int] = []
         started = threading.Event()
@@ -73,8 +69,3 @@ def test_a_sidecar_lost_mid_stream_loses_no_byte(fault: str, tiny_models, tmp_pa
             assert verdict.startswith(b"data: {") and b'"truthlens"' in verdict and verdict.endswith(b"\n\n")
         else:
             assert got == body
-    finally:
-        if envoy is not None:
-            envoy.stop()
-        sidecar.stop()
-        upstream.stop()
