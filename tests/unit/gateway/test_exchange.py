@@ -227,24 +227,3 @@ async def test_a_stream_longer_than_the_token_budget_passes_as_too_large() -> No
     assert ex.verdict.status is Status.UNCHECKED and ex.verdict.reason == "too_large"
 
 
-async def test_a_large_json_answer_is_parsed_off_the_event_loop(monkeypatch) -> None:
-    import asyncio as aio
-
-    from extproc.gateway import exchange as exchange_mod
-
-    threaded: list[str] = []
-    real = aio.to_thread
-
-    async def to_thread(fn, *args):
-        threaded.append(fn.__name__)
-        return await real(fn, *args)
-
-    monkeypatch.setattr(exchange_mod.asyncio, "to_thread", to_thread)
-    ex, _ = exchange()
-    ex.request_body(req_body(CHAT).request_body)
-    await ex.await_sentinel()
-    ex.response_headers(resp_headers().response_headers)
-    big = "It is tall. " * (exchange_mod.PARSE_ON_LOOP_MAX_BYTES // 10)
-    (reply,) = await ex.response_body(resp_body(json.dumps(completion_json(big, "m")).encode()).response_body)
-    assert threaded == ["parse_chat_response"]
-    assert set_headers(reply.response_body.response)["x-truthlens-status"] == "checked"  # judged as before
