@@ -456,8 +456,9 @@ def cached(producer: str, name: str, recs: list[dict], cache: Path, args: argpar
 
 
 def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path, args: argparse.Namespace,
-             selection: Sequence[str]) -> dict[str, Any]:
-    """candidate -> threshold + per set and split metrics; thresholds from suite-dev of `selection`."""
+             selection: Sequence[str], keep: dict[str, Any] | None = None) -> dict[str, Any]:
+    """candidate -> threshold + per set and split metrics; thresholds from suite-dev of `selection`.
+    `keep`, when given, receives each candidate's suite-test scores and labels per set (for `compare`)."""
     rows: dict[str, Any] = {}
     for cand in candidates:
         producers, build, fixed, what = CANDIDATES[cand]
@@ -492,6 +493,9 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
                                                              args.max_faithful_flagged)
         if cand == args.fit_calibration:
             args.calibration_result = fit_calibration(cand, unstacked_dev, gold["dev"], selection, t, args, stack)
+        if keep is not None:
+            keep[cand] = {n: ([s.score for s in part], [g.hallucinated for g in gold["test"][n]])
+                          for n, part in scored["test"].items()}
         rows[cand] = {
             "what": what + ("" if orientation is None else f" (direction from suite-dev: {'+' if orientation > 0 else '-'})"),
             "stack": None if stack is None else {"a": stack.a, "b": stack.b, "signals": stack.signals,
@@ -501,6 +505,36 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
                             for split in ("dev", "test") if name in scored[split]} for name in sets},
         }
     return rows
+
+
+# pairs whose suite-test AUROC difference the report gives with a bootstrap interval (both must have run)
+COMPARISONS = (("served", "detector_max"), ("served", "detector"), ("served", "context_pmi"))
+
+
+def compare(keep: dict[str, Any], pairs: Sequence[tuple[str, str]] = COMPARISONS,
+            resamples: int = 2000) -> list[dict[str, Any]]:
+    """Per pair: suite-test AUROC(a) - AUROC(b) per set and over the mean of the sets that choose nothing
+    (faithdial is reported apart), each with a 95 % paired bootstrap interval (answers resampled per set)."""
+    import numpy as np
+
+    from extproc.evaluation.metrics import auroc_difference_resamples, interval
+
+    out = []
+    for a, b in pairs:
+        if a not in keep or b not in keep:
+            continue
+        per_set, draws = {}, []
+        for name, (scores_a, labels) in keep[a].items():
+            res = auroc_difference_resamples(scores_a, keep[b][name][0], labels, resamples)
+            if res is None:
+                continue
+            per_set[name] = interval(*res)
+            if name not in REPORT_ONLY:
+                draws.append(res)
+        mean = interval(float(np.mean([d for d, _ in draws])), np.mean([r for _, r in draws], axis=0)) \
+            if draws else None
+        out.append({"a": a, "b": b, "sets": per_set, "mean": mean, "resamples": resamples})
+    return out
 
 
 def with_latent_audit(scored: dict[str, dict[str, list[Scored]]], feats: dict[str, dict[str, list[Any]]],
@@ -632,6 +666,17 @@ def render(report: dict[str, Any]) -> str:
             vals = [row["sets"][n].get("test", {}).get(metric) for n in sets]
             lines.append(f"| {cand} | {fmt(row['threshold'])} ({row['threshold_from']}) | "
                          + " | ".join(fmt(v) for v in vals) + " |")
+    comparisons = report.get("comparisons") or []
+    if comparisons:
+        names = list(dict.fromkeys(n for c in comparisons for n in c["sets"]))
+        lines += ["", "## Suite-test AUROC differences, with 95 % paired bootstrap intervals", "",
+                  f"Answers resampled {comparisons[0]['resamples']} times per set, both scores of an answer together; "
+                  "the mean is over the sets other than faithdial (report only). An interval that holds 0 is no "
+                  "measured difference.", "",
+                  "| set | " + " | ".join(f"{c['a']} - {c['b']}" for c in comparisons) + " |",
+                  "| --- " * (len(comparisons) + 1) + "|",
+                  *[f"| {n} | " + " | ".join(_ci_cell(c["sets"].get(n)) for c in comparisons) + " |" for n in names],
+                  "| **mean** | " + " | ".join(_ci_cell(c["mean"]) for c in comparisons) + " |"]
     lines += ["", "## Candidates", "", *[f"- **{c}**: {r['what']}" for c, r in rows.items()], ""]
     lat = report.get("served_latency_ms")
     if lat:
@@ -644,6 +689,10 @@ def render(report: dict[str, Any]) -> str:
                   f"{', signal weights ' + str(cal.get('signals')) if cal.get('signals') else ''}; "
                   f"`thresholds.response` {cal['response_threshold']:.4f}.", ""]
     return "\n".join(lines)
+
+
+def _ci_cell(v: dict[str, float] | None) -> str:
+    return "-" if v is None else f"{v['diff']:+.3f} [{v['low']:+.3f}, {v['high']:+.3f}]"
 
 
 def machine() -> str:
@@ -674,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
     sets = load_sets(args.data, args.cache, args.sets, args.per_split)
     args.served_latency = {}  # filled by evaluate when `served` runs
     selection = [n for n in (args.selection or RAG_SETS) if n in sets and n not in REPORT_ONLY]
+    keep: dict[str, Any] = {}  # suite-test scores per candidate, for the report's bootstrap comparisons
     report = {
         "command": command("bench.real_output_suite", argv),
         "machine": machine(), "date": dt.date.today().isoformat(), "per_split": args.per_split,
@@ -681,7 +731,8 @@ def main(argv: list[str] | None = None) -> int:
         "sets": {n: {"dev": sum(r["split"] == "dev" for r in recs), "test": sum(r["split"] == "test" for r in recs),
                      "test_hallucinated": sum(r["split"] == "test" and bool(r["labels"]) for r in recs)}
                  for n, recs in sets.items()},
-        "candidates": evaluate(sets, args.candidates, args.cache, args, selection),
+        "candidates": evaluate(sets, args.candidates, args.cache, args, selection, keep),
+        "comparisons": compare(keep),
         "calibration": getattr(args, "calibration_result", None),
         "served_latency_ms": args.served_latency or None,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from extproc.evaluation.metrics import (
@@ -123,3 +124,28 @@ def test_missing_scikit_learn_names_the_extra(monkeypatch: pytest.MonkeyPatch) -
         auroc([0.1, 0.9], [False, True])
     monkeypatch.setattr("extproc.evaluation.metrics.missing_eval_packages", lambda: ["sklearn"])
     assert eval_cmd.run(argparse.Namespace(data="unused.jsonl")) == 1
+
+
+def test_auroc_difference_matches_auroc_and_its_interval_brackets_it() -> None:
+    from extproc.evaluation.metrics import auroc_difference_resamples, interval
+
+    rng = np.random.default_rng(3)
+    y = rng.random(200) < 0.4
+    good = y + rng.normal(0, 0.8, 200)  # informative
+    ties = np.round(rng.random(200), 1)  # uninformative, with many ties (mid-ranks, as scikit-learn counts them)
+    diff, resampled = auroc_difference_resamples(good, ties, y, resamples=500)
+    assert diff == pytest.approx(auroc(list(good), list(y)) - auroc(list(ties), list(y)))
+    ci = interval(diff, resampled)
+    assert 0 < ci["low"] < diff < ci["high"] and ci["share_le_0"] == 0.0
+    same, same_resampled = auroc_difference_resamples(good, good, y, resamples=50)
+    assert same == 0.0 and not same_resampled.any()
+    assert auroc_difference_resamples([0.1, 0.2], [0.3, 0.4], [True, True]) is None  # one class: undefined
+
+
+def test_auroc_difference_keeps_both_classes_in_every_draw() -> None:
+    from extproc.evaluation.metrics import auroc_difference_resamples
+
+    # one positive among 20: many plain draws would lack it; each is drawn again, so no NaN
+    y = [True] + [False] * 19
+    _, resampled = auroc_difference_resamples(list(range(20)), list(range(20))[::-1], y, resamples=300)
+    assert resampled.shape == (300,) and bool(np.isfinite(resampled).all())
