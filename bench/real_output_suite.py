@@ -458,7 +458,7 @@ def cached(producer: str, name: str, recs: list[dict], cache: Path, args: argpar
 def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path, args: argparse.Namespace,
              selection: Sequence[str], keep: dict[str, Any] | None = None) -> dict[str, Any]:
     """candidate -> threshold + per set and split metrics; thresholds from suite-dev of `selection`.
-    `keep`, when given, receives each candidate's suite-test scores and labels per set (for `compare`)."""
+    `keep`, when given, receives each candidate's scores and labels per split and set (`compare`, `at_recall`)."""
     rows: dict[str, Any] = {}
     for cand in candidates:
         producers, build, fixed, what = CANDIDATES[cand]
@@ -494,8 +494,8 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
         if cand == args.fit_calibration:
             args.calibration_result = fit_calibration(cand, unstacked_dev, gold["dev"], selection, t, args, stack)
         if keep is not None:
-            keep[cand] = {n: ([s.score for s in part], [g.hallucinated for g in gold["test"][n]])
-                          for n, part in scored["test"].items()}
+            keep[cand] = {split: {n: ([s.score for s in part], [g.hallucinated for g in gold[split][n]])
+                                  for n, part in by_set.items()} for split, by_set in scored.items()}
         rows[cand] = {
             "what": what + ("" if orientation is None else f" (direction from suite-dev: {'+' if orientation > 0 else '-'})"),
             "stack": None if stack is None else {"a": stack.a, "b": stack.b, "signals": stack.signals,
@@ -524,8 +524,8 @@ def compare(keep: dict[str, Any], pairs: Sequence[tuple[str, str]] = COMPARISONS
         if a not in keep or b not in keep:
             continue
         per_set, draws = {}, []
-        for name, (scores_a, labels) in keep[a].items():
-            res = auroc_difference_resamples(scores_a, keep[b][name][0], labels, resamples)
+        for name, (scores_a, labels) in keep[a]["test"].items():
+            res = auroc_difference_resamples(scores_a, keep[b]["test"][name][0], labels, resamples)
             if res is None:
                 continue
             per_set[name] = interval(*res)
@@ -535,6 +535,21 @@ def compare(keep: dict[str, Any], pairs: Sequence[tuple[str, str]] = COMPARISONS
             if draws else None
         out.append({"a": a, "b": b, "sets": per_set, "mean": mean, "resamples": resamples})
     return out
+
+
+# the real-detection issue's bar: at most 20 % of faithful answers flagged on the project's real RAG QA set
+# (real_rag) at a recall of at least 0.6
+RECALL_BAR = ("real_rag", 0.6)
+
+
+def at_recall(keep: dict[str, Any], name: str = RECALL_BAR[0], recall: float = RECALL_BAR[1]) -> dict[str, Any]:
+    """Per candidate and split: the share of `name`'s faithful answers flagged at the threshold that catches
+    `recall` of its hallucinated ones (chosen on that very split: an operating point, not a held-out test)."""
+    from extproc.evaluation.metrics import flagged_at_recall
+
+    return {"set": name, "recall": recall,
+            "candidates": {c: {split: flagged_at_recall(*by_set[name], recall) if name in by_set else None
+                               for split, by_set in parts.items()} for c, parts in keep.items()}}
 
 
 def with_latent_audit(scored: dict[str, dict[str, list[Scored]]], feats: dict[str, dict[str, list[Any]]],
@@ -677,6 +692,14 @@ def render(report: dict[str, Any]) -> str:
                   "| --- " * (len(comparisons) + 1) + "|",
                   *[f"| {n} | " + " | ".join(_ci_cell(c["sets"].get(n)) for c in comparisons) + " |" for n in names],
                   "| **mean** | " + " | ".join(_ci_cell(c["mean"]) for c in comparisons) + " |"]
+    bar = report.get("at_recall")
+    if bar and any(v.get("dev") is not None for v in bar["candidates"].values()):
+        lines += ["", f"## Faithful {bar['set']} answers flagged at recall {bar['recall']:.1f}", "",
+                  f"The threshold that catches {bar['recall']:.0%} of {bar['set']}'s hallucinated answers, taken on each "
+                  "split itself, and the share of its faithful answers it flags (the real-detection issue's bar: at "
+                  "most 20 % on suite-dev).", "",
+                  "| candidate | suite-dev | suite-test |", "| --- | --- | --- |",
+                  *[f"| {c} | {fmt(v.get('dev'))} | {fmt(v.get('test'))} |" for c, v in bar["candidates"].items()]]
     lines += ["", "## Candidates", "", *[f"- **{c}**: {r['what']}" for c, r in rows.items()], ""]
     lat = report.get("served_latency_ms")
     if lat:
@@ -733,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
                  for n, recs in sets.items()},
         "candidates": evaluate(sets, args.candidates, args.cache, args, selection, keep),
         "comparisons": compare(keep),
+        "at_recall": at_recall(keep),
         "calibration": getattr(args, "calibration_result", None),
         "served_latency_ms": args.served_latency or None,
     }

@@ -189,6 +189,18 @@ def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
     return float(sklearn_metrics().roc_auc_score(y, finite_order(s)))
 
 
+def flagged_at_recall(scores: Sequence[float], labels: Sequence[bool], recall: float) -> float | None:
+    """The share of negatives (faithful answers) flagged at the highest threshold that still flags `recall`
+    of the positives: what an operator pays in false alarms for that catch rate. None without both classes."""
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=bool)
+    if y.all() or not y.any():
+        return None
+    pos = np.sort(s[y])[::-1]
+    threshold = pos[max(int(np.ceil(recall * pos.size)) - 1, 0)]  # the k-th highest positive score, k = ceil(recall n)
+    return float((s[~y] >= threshold).mean())
+
+
 def auroc_difference_resamples(a: Sequence[float], b: Sequence[float], labels: Sequence[bool],
                                resamples: int = 2000, seed: int = 0) -> tuple[float, np.ndarray] | None:
     """AUROC(a) - AUROC(b) on the same answers, and that difference on `resamples` paired bootstrap samples

@@ -149,3 +149,16 @@ def test_auroc_difference_keeps_both_classes_in_every_draw() -> None:
     y = [True] + [False] * 19
     _, resampled = auroc_difference_resamples(list(range(20)), list(range(20))[::-1], y, resamples=300)
     assert resampled.shape == (300,) and bool(np.isfinite(resampled).all())
+
+
+def test_flagged_at_recall_counts_negatives_at_the_catching_threshold() -> None:
+    from extproc.evaluation.metrics import flagged_at_recall
+
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]
+    labels = [True, False, True, False, True, False, False, True]
+    # recall 0.5 of 4 positives = 2: threshold 0.7 flags 0.9, 0.8, 0.7 -> 1 of 4 negatives
+    assert flagged_at_recall(scores, labels, 0.5) == 0.25
+    assert flagged_at_recall(scores, labels, 0.6) == 0.5  # 3 positives: threshold 0.5 -> 0.8, 0.6 flagged
+    assert flagged_at_recall(scores, labels, 1.0) == 1.0
+    assert flagged_at_recall([0.3, 0.3, 0.3], [True, False, False], 0.6) == 1.0  # ties flag together
+    assert flagged_at_recall([0.1], [True], 0.6) is None
