@@ -247,7 +247,7 @@ def _served(recs: list[dict], args: argparse.Namespace) -> list[dict]:
             ex = Example(str(r["id"]), tuple(context_of(r)), r.get("question"), r["answer"], ())
             pred = scorer.score(ex)
             out.append({"score": pred.score, "spans": [[sp.start, sp.end, sp.score] for sp in pred.spans],
-                        "latency_ms": round(pred.latency_ms, 2)})
+                        "latency_ms": round(pred.latency_ms, 2), "unchecked": pred.unchecked})
             _tick(i, len(recs))
     finally:
         scorer.close()
@@ -468,7 +468,9 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
         for name, recs in sets.items():
             raws = [cached(p, name, recs, cache, args) for p in producers]
             if "served" in producers:
-                args.served_latency[name] = latency_summary([o["latency_ms"] for o in raws[producers.index("served")]])
+                served = raws[producers.index("served")]
+                args.served_latency[name] = {**latency_summary([o["latency_ms"] for o in served]),
+                                             "unchecked": sum(o.get("unchecked") is not None for o in served)}
             for i, rec in enumerate(recs):
                 scored[rec["split"]].setdefault(name, []).append(build(*(raw[i] for raw in raws)))
                 gold[rec["split"]].setdefault(name, []).append(gold_of(rec))
@@ -704,8 +706,11 @@ def render(report: dict[str, Any]) -> str:
     lat = report.get("served_latency_ms")
     if lat:
         lines += ["## Served latency per answer (ms, `served`: one answer at a time, detector + verifier on this machine)", "",
-                  "| set | p50 | p95 |", "| --- | --- | --- |",
-                  *[f"| {n} | {fmt(v['p50'], 1)} | {fmt(v['p95'], 1)} |" for n, v in lat.items()], ""]
+                  "Unchecked: answers over `batching.max_request_tokens`, which the gateway passes unchecked/too_large "
+                  "(scored 0, not flagged, as a user would see them).", "",
+                  "| set | p50 | p95 | unchecked |", "| --- | --- | --- | --- |",
+                  *[f"| {n} | {fmt(v['p50'], 1)} | {fmt(v['p95'], 1)} | {v.get('unchecked', 0)} |"
+                    for n, v in lat.items()], ""]
     cal = report.get("calibration")
     if cal:
         lines += [f"Calibration (`{cal['path']}`): logistic on the raw score's logit, a = {cal['a']:.4f}, b = {cal['b']:.4f}"

@@ -26,4 +26,7 @@ def format_table(report: dict[str, Any]) -> str:
             f"{_f(tok['f1']):>6}  {_f(m['auroc']):>6}  {_f(lat['p50'], 1):>8} {_f(lat['p95'], 1):>8}"
         )
     lines.append("'-' = undefined (zero denominator or a single class); definitions are in the JSON report.")
+    if report.get("unchecked"):
+        counts = ", ".join(f"{reason} {n}" for reason, n in report["unchecked"].items())
+        lines.append(f"unchecked, as the gateway would pass them (counted as not flagged, score 0): {counts}")
     return "\n".join(lines)

@@ -28,6 +28,8 @@ DEFINITIONS = {
     "the detector ships a calibration for truthlens.score_method), gold = has any label; null when the set "
     "has only one class",
     "latency_ms": "wall time of one example through the detector (+ explainer), windowing included",
+    "unchecked": "examples the gateway would pass unchecked, by reason (too_large: over batching.max_request_tokens); "
+    "they count as not flagged, score 0, as the user would see them",
     "null": "a ratio whose denominator is zero is reported as null, not 0 or 1",
 }
 
@@ -52,6 +54,7 @@ class Prediction:
     token_probs: tuple[float, ...]
     windows: int = 1
     latency_ms: float = 0.0
+    unchecked: str | None = None  # why the gateway would not judge it (e.g. "too_large"); then nothing is flagged
 
     @property
     def max_token_prob(self) -> float:
@@ -68,6 +71,7 @@ class Accumulator:
     gold: list[bool] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     windows: list[int] = field(default_factory=list)
+    unchecked: dict[str, int] = field(default_factory=dict)
 
     def add(self, ex: Example, pred: Prediction, token_threshold: float) -> None:
         pred_spans = [(s.start, s.end) for s in pred.spans]
@@ -79,6 +83,8 @@ class Accumulator:
         self.gold.append(ex.hallucinated)
         self.latencies.append(pred.latency_ms)
         self.windows.append(pred.windows)
+        if pred.unchecked is not None:
+            self.unchecked[pred.unchecked] = self.unchecked.get(pred.unchecked, 0) + 1
 
     def metrics(self) -> dict[str, Any]:
         return {
@@ -93,6 +99,7 @@ class Accumulator:
                 "mean": (sum(self.windows) / len(self.windows)) if self.windows else None,
                 "max": max(self.windows, default=None),
             },
+            "unchecked": dict(sorted(self.unchecked.items())),
         }
 
 
@@ -152,6 +159,7 @@ def prediction_record(ex: Example, pred: Prediction) -> dict[str, Any]:
         "max_token_prob": round(pred.max_token_prob, 6),
         "windows": pred.windows,
         "latency_ms": round(pred.latency_ms, 3),
+        "unchecked": pred.unchecked,
     }
 
 

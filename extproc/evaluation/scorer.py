@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import time
 from dataclasses import asdict, replace
 from typing import Any, Sequence
 
@@ -119,11 +120,21 @@ class Scorer:
 
     def warm_up(self, ex: Example) -> None:
         """One untimed call: first-call costs (session arenas, thread pools) are not per-example latency."""
-        self._run(ex.context, ex.question, ex.answer, f"example {ex.id!r} (line {ex.line})")
+        self.score(ex)
 
     def score(self, ex: Example) -> Prediction:
+        """One example as the gateway judges it; one over the request budget is what the gateway would pass
+        unchecked (`unchecked="too_large"`: nothing flagged, score 0), not the end of the run."""
+        from extproc.inference.api import TooLarge
+
         self._tap.last = None
-        result = self._run(ex.context, ex.question, ex.answer, f"example {ex.id!r} (line {ex.line})")
+        t0 = time.perf_counter()
+        try:
+            result = self._run(ex.context, ex.question, ex.answer, f"example {ex.id!r} (line {ex.line})")
+        except ScorerError as exc:
+            if isinstance(exc.__cause__, TooLarge):
+                return Prediction((), 0.0, (), (), 0, (time.perf_counter() - t0) * 1000, unchecked="too_large")
+            raise
         tokens = self._tap.last
         if tokens is None:  # empty answer or an engine that bypassed the tap: no token evidence
             offsets: tuple[tuple[int, int], ...] = ()

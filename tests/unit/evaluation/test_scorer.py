@@ -72,3 +72,29 @@ def test_a_failing_example_is_named(tiny_models) -> None:  # type: ignore[no-unt
             scorer.score(ex)
     finally:
         scorer.close()
+
+
+def test_an_example_over_the_request_budget_is_unchecked_not_the_end_of_the_run(tiny_models, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """As the gateway passes it unchecked/too_large: not flagged, score 0, counted in the report."""
+    from extproc.evaluation.runner import evaluate, prediction_record
+
+    cfg = tmp_path / "tl.yaml"
+    cfg.write_text("truthlens:\n  batching: {max_request_tokens: 512}\n  models: {surrogate: null}\n")
+    settings, response = settings_from_args(_args(config=str(cfg), model_dir=str(tiny_models["bert-token"]),
+                                                   no_explainer=True))
+    scorer = Scorer(settings, response)
+    try:
+        long_context = " ".join(["the tower is tall"] * 400)
+        big, small = parse_jsonl(
+            f'{{"id": "big", "context": "{long_context}", "question": null, "answer": "a c", "labels": [{{"start": 0, "end": 1}}]}}\n'
+            '{"id": "small", "context": "a b", "question": null, "answer": "a c", "labels": []}')
+        scorer.warm_up(big)  # the first example may be the large one: warming up does not fail either
+        pred = scorer.score(big)
+        assert pred.unchecked == "too_large" and pred.score == 0.0 and pred.spans == ()
+        assert prediction_record(big, pred)["unchecked"] == "too_large"
+        assert scorer.score(small).unchecked is None
+        report = evaluate([big, small], scorer.score, scorer.token_threshold)
+        assert report["examples"] == 2 and report["unchecked"] == {"too_large": 1}
+        assert report["example_level"]["fn"] == 1  # the unchecked hallucinated answer is a miss, as users see it
+    finally:
+        scorer.close()
