@@ -289,6 +289,7 @@ class OnnxEngine:
                 prepared = await self._prepare(self.detector.prepare, context, question, answer)
             budget.spend(prepared.rows, "detector")
             if verifier_prep is not None:
+                verifier_prep = await self._verifier_within(budget, verifier_prep, context, texts)
                 budget.spend([r for p in verifier_prep for r in p.rows], "verifier")
             t_prep = _ms(t0)
             scores: TokenScores = self.detector.finish(prepared, await self._batchers["detector"].submit(prepared.rows))
@@ -321,6 +322,21 @@ class OnnxEngine:
             score=self._calibrated(response_score(kept_raw, method), method), spans=tuple(spans),
             windows=scores.windows, dropped_spans=dropped, latency_ms=_ms(t0), timings_ms=timings,
         )
+
+    async def _verifier_within(self, budget: _Budget, prepared: list[Any], context: Sequence[str],
+                               sentences: Sequence[str]) -> list[Any]:
+        """A long answer over a long context (each sentence against its `explainer.max_windows` best-matching
+        windows) can overflow the request budget through the verifier alone; such an answer would pass
+        unchecked. It is verified against fewer windows per sentence instead: as many as the budget left after
+        the detector allows, at least one (below that, `spend` refuses the request as before)."""
+        rows = [r for p in prepared for r in p.rows]
+        room = budget.limit - budget.spent
+        if sum(map(len, rows)) <= room or not rows:
+            return prepared
+        windows = room // (max(map(len, rows)) * len(sentences))  # each row holds at most that many tokens
+        if windows < 1:
+            return prepared
+        return await self._prepare(self.explainer.prepare, context, sentences, windows)  # type: ignore[union-attr]
 
     async def _detect_fused(
         self, context: Sequence[str], answer: str, scores: TokenScores, raw: Sequence[RawSpan], t0: float,

@@ -9,6 +9,7 @@ from extproc.inference.engine import EngineSettings, build_engine
 from extproc.inference.manifest import ManifestError
 from extproc.inference.models import Detector, NliResult, OnnxModel
 from extproc.inference.runtime import RuntimeOptions
+from extproc.inference.spans import answer_sentences
 from extproc.inference.windowing import PairInput, Row
 from tests.helpers.settings import engine_settings
 
@@ -322,6 +323,36 @@ async def test_the_token_budget_counts_context_windows(engine_factory):
         await engine.detect(context, "What is the capital?", ANSWER)
     assert engine._batchers["detector"].batches == 0
     assert isinstance(await engine.detect(LONG_CONTEXT[1:], None, ANSWER), DetectionResult)
+
+
+async def test_a_long_answer_over_the_verifier_budget_is_verified_against_fewer_windows(engine_factory):
+    """Each answer sentence is verified against its explainer.max_windows best context windows; when those rows
+    overflow the request budget (long answers over long web contexts: 16 of 600 ExpertQA answers in the suite),
+    the answer is verified against fewer windows per sentence instead of passing unchecked."""
+    from extproc.inference.api import TooLarge
+
+    context = ["Paris is the capital of France. The Eiffel tower is in Paris. " * 60]
+    probe = engine_factory()
+    det = sum(map(len, probe.detector.prepare(context, "Where?", ANSWER).rows))
+    sentences = [ANSWER[s:e] for s, e in answer_sentences(ANSWER)]
+    full = probe.explainer.prepare(context, sentences, probe.settings.explainer_max_windows)
+    per_sentence = [len(p.rows) for p in full]
+    assert min(per_sentence) > 2  # the context gives every sentence several windows
+    ver = sum(len(r) for p in full for r in p.rows)
+    row = max(len(r) for p in full for r in p.rows)
+
+    engine = engine_factory(max_request_tokens=det + 2 * row * len(sentences))  # room for two windows each
+    asked: list[int] = []
+    prepare = engine.explainer.prepare
+    engine.explainer.prepare = lambda c, h, k=0: (asked.append(k), prepare(c, h, k))[1]
+    assert det + ver > engine.settings.max_request_tokens
+    result = await engine.detect(context, "Where?", ANSWER)
+    assert isinstance(result, DetectionResult) and "verifier" in result.signals
+    assert asked == [engine.settings.explainer_max_windows, 2]
+
+    tight = engine_factory(max_request_tokens=det + row * len(sentences) - 1)  # not even one window each
+    with pytest.raises(TooLarge, match="verifier: .* over max_request_tokens"):
+        await tight.detect(context, "Where?", ANSWER)
 
 
 async def test_a_huge_prompt_is_clipped_before_the_sentinel_tokenizes_it(engine_factory):
