@@ -186,8 +186,9 @@ class BatchingConfig:
     max_batch_tokens: int = _bounded(4096, 1)
     max_wait_ms: float = _bounded(2.0, 0.0)
     max_queue: int = _bounded(256, 1)
-    # one request's detection (detector + verifier rows, context windows included): over it the answer passes
-    # unchecked/too_large at once, before tokenizing past 8 characters per token; ~1 s of CPU on 2 cores
+    # one request's detection (detector + verifier rows, context windows included; ~1 s of CPU on 2 cores): past 8
+    # characters per token of it the answer passes unchecked/too_large before tokenizing; rows over it read fewer
+    # context windows (the best-matching ones, at least one per answer chunk and sentence), else too_large
     max_request_tokens: int = _bounded(16384, 512)
     max_queued_tokens: int = _bounded(65536, 512)  # per model, waiting to run; beyond it unchecked/overloaded
 

@@ -50,6 +50,7 @@ from extproc.inference.spans import (
     snap_to_words,
 )
 from extproc.inference.surrogate import SurrogateLM, SurrogateReading
+from extproc.inference.windowing import best_windows
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +288,9 @@ class OnnxEngine:
                     self._prepare(self.explainer.prepare, context, texts, self.settings.explainer_max_windows))
             else:
                 prepared = await self._prepare(self.detector.prepare, context, question, answer)
+            # the verifier's floor: one context window per sentence
+            reserve = sum(max(map(len, p.rows), default=0) for p in verifier_prep) if verifier_prep else 0
+            prepared = self._detector_within(budget, prepared, reserve)
             budget.spend(prepared.rows, "detector")
             if verifier_prep is not None:
                 verifier_prep = await self._verifier_within(budget, verifier_prep, context, texts)
@@ -322,6 +326,20 @@ class OnnxEngine:
             score=self._calibrated(response_score(kept_raw, method), method), spans=tuple(spans),
             windows=scores.windows, dropped_spans=dropped, latency_ms=_ms(t0), timings_ms=timings,
         )
+
+    @staticmethod
+    def _detector_within(budget: _Budget, prepared: Any, reserve: int) -> Any:
+        """A long answer over a long context (answer chunks x context windows) can overflow the request budget
+        through the detector alone; such an answer would pass unchecked. Each answer chunk then reads only its
+        best-matching context windows (`best_windows`), as many as the budget less `reserve` allows, at least
+        one (below that, `spend` refuses the request as before)."""
+        rows = prepared.rows
+        room = budget.limit - budget.spent - reserve
+        if not rows or sum(map(len, rows)) <= room:
+            return prepared
+        chunks = len({(r.second_first, r.second_count) for r in rows})
+        per_chunk = room // (chunks * max(map(len, rows)))
+        return best_windows(prepared, per_chunk) if per_chunk >= 1 else prepared
 
     async def _verifier_within(self, budget: _Budget, prepared: list[Any], context: Sequence[str],
                                sentences: Sequence[str]) -> list[Any]:

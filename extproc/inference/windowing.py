@@ -193,6 +193,23 @@ def aggregate_windows(prepared: PairInput, row_scores: Sequence[np.ndarray]) -> 
     return out
 
 
+def best_windows(prepared: PairInput, per_chunk: int) -> PairInput:
+    """Per answer chunk, only the `per_chunk` rows whose context shares the most token ids with that chunk
+    (ties: the earlier window), in their order: a bounded read of a context too long for the request budget.
+    The windows most likely to hold the evidence stay, so the evidence-aware min keeps its support."""
+    by_chunk: dict[tuple[int, int], list[int]] = {}
+    for i, row in enumerate(prepared.rows):
+        by_chunk.setdefault((row.second_first, row.second_count), []).append(i)
+    keep: set[int] = set()
+    for idx in by_chunk.values():
+        first = prepared.rows[idx[0]]
+        words = set(first.input_ids[first.second_start : first.second_start + first.second_count])
+        shared = {i: len(words.intersection(prepared.rows[i].input_ids[: prepared.rows[i].second_start])) for i in idx}
+        keep.update(sorted(idx, key=lambda i: (-shared[i], i))[: max(per_chunk, 1)])
+    return PairInput(tuple(r for i, r in enumerate(prepared.rows) if i in keep), prepared.second_offsets,
+                     prepared.second_len)
+
+
 def _classify_first(enc, start: int, end: int) -> tuple[list[int], list[int], list[int]]:
     """Split first-segment tokens into prefix / context / suffix by character offsets."""
     prefix, context, suffix = [], [], []

@@ -312,17 +312,33 @@ async def test_a_huge_context_is_too_large_at_once_and_others_are_still_checked(
     assert batcher.pending == 0 and batcher.queued_tokens == 0  # the huge one never queued a row
 
 
-async def test_the_token_budget_counts_context_windows(engine_factory):
-    """Text under the cheap character bound is counted in model tokens (every context window): over the budget
-    it is refused before its rows are queued."""
+async def test_a_context_over_the_budget_is_read_through_its_best_windows(engine_factory):
+    """Text under the cheap character bound is counted in model tokens (every context window): when the windows
+    overflow the budget, the answer reads only the windows sharing most tokens with it (those that hold its
+    evidence) instead of passing unchecked; an answer that cannot fit even one window per chunk is refused."""
     from extproc.inference.api import TooLarge
 
     engine = engine_factory(max_request_tokens=512, explainer_enabled=False)
-    context = ["Paris is the capital of France. " * 100]  # 3200 characters: under 512 x 8, over 512 tokens
+    filler = "Lyon has a large old town and two rivers. " * 60  # ~700 tokens that say nothing of the answer
+    context = [filler + "The capital of France is Paris. The tower was built in 1889."]
+    full = engine.detector.prepare(context, "What is the capital?", ANSWER)
+    assert len(full.rows) > 1 and sum(map(len, full.rows)) > 512
+    result = await engine.detect(context, "What is the capital?", ANSWER)
+    row = max(map(len, full.rows))
+    assert 1 <= result.windows == 512 // row < len(full.rows)  # as many windows as 512 tokens hold
+    kept = engine._detector_within(_budget(row), full, 0).rows  # room for one: the window with the evidence
+    assert len(kept) == 1 and "paris" in engine.detector.model.tokenizer.decode(list(kept[0].input_ids)).lower()
+    assert "paris" not in engine.detector.model.tokenizer.decode(list(full.rows[0].input_ids)).lower()
+    long_answer = "The capital of France is Lyon and the tower was built in 1925. " * 25  # many answer chunks
     with pytest.raises(TooLarge, match="detector: .* over max_request_tokens 512"):
-        await engine.detect(context, "What is the capital?", ANSWER)
-    assert engine._batchers["detector"].batches == 0
+        await engine.detect(LONG_CONTEXT[1:], "What is the capital?", long_answer)
     assert isinstance(await engine.detect(LONG_CONTEXT[1:], None, ANSWER), DetectionResult)
+
+
+def _budget(limit: int):  # noqa: ANN202
+    from extproc.inference.engine import _Budget
+
+    return _Budget(limit)
 
 
 async def test_a_long_answer_over_the_verifier_budget_is_verified_against_fewer_windows(engine_factory):
@@ -350,8 +366,8 @@ async def test_a_long_answer_over_the_verifier_budget_is_verified_against_fewer_
     assert isinstance(result, DetectionResult) and "verifier" in result.signals
     assert asked == [engine.settings.explainer_max_windows, 2]
 
-    tight = engine_factory(max_request_tokens=det + row * len(sentences) - 1)  # not even one window each
-    with pytest.raises(TooLarge, match="verifier: .* over max_request_tokens"):
+    tight = engine_factory(max_request_tokens=row * len(sentences) - 1)  # not even one window per sentence
+    with pytest.raises(TooLarge, match="max_request_tokens"):
         await tight.detect(context, "Where?", ANSWER)
 
 

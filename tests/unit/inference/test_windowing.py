@@ -8,7 +8,9 @@ from extproc.inference.manifest import DEFAULT_TEMPLATES
 from extproc.inference.templates import LETTUCEDETECT_TEMPLATE, render_detector_first
 from extproc.inference.windowing import (
     PairInput,
+    Row,
     aggregate_windows,
+    best_windows,
     detector_input,
     prepare_tokenizer,
     probe_layout,
@@ -200,3 +202,16 @@ def test_nli_keeps_the_windows_sharing_most_tokens_with_the_hypothesis(bert_tok)
     assert max(len(words.intersection(r.input_ids[: r.second_start])) for r in best.rows) == max(shared)  # kept
     order = [every.rows.index(r) for r in best.rows]
     assert order == sorted(order)  # kept in premise order
+
+
+def test_best_windows_keeps_per_answer_chunk_the_windows_sharing_most_tokens() -> None:
+    def row(context: tuple[int, ...], answer: tuple[int, ...], first: int) -> Row:
+        return Row((*context, *answer), (0,) * (len(context) + len(answer)), len(context), first, len(answer))
+
+    rows = (row((1, 2, 3), (7, 8), 0), row((7, 9, 9), (7, 8), 0), row((7, 8, 1), (7, 8), 0),  # chunk 1: 0, 1, 2 shared
+            row((4, 4, 4), (5, 6), 2), row((5, 4, 4), (5, 6), 2))  # chunk 2: 0, 1 shared
+    prepared = PairInput(rows, ((0, 1), (1, 2), (2, 3), (3, 4)), 4)
+    kept = best_windows(prepared, 1)
+    assert kept.rows == (rows[2], rows[4]) and kept.second_len == 4 and kept.second_offsets == prepared.second_offsets
+    assert best_windows(prepared, 2).rows == (rows[1], rows[2], rows[3], rows[4])  # order kept, ties: the earlier
+    assert best_windows(prepared, 5).rows == rows
