@@ -50,7 +50,7 @@ from extproc.inference.spans import (
     snap_to_words,
 )
 from extproc.inference.surrogate import SurrogateLM, SurrogateReading
-from extproc.inference.windowing import best_windows
+from extproc.inference.windowing import PairInput, best_windows
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +328,7 @@ class OnnxEngine:
         )
 
     @staticmethod
-    def _detector_within(budget: _Budget, prepared: Any, reserve: int) -> Any:
+    def _detector_within(budget: _Budget, prepared: PairInput, reserve: int) -> PairInput:
         """A long answer over a long context (answer chunks x context windows) can overflow the request budget
         through the detector alone; such an answer would pass unchecked. Each answer chunk then reads only its
         best-matching context windows (`best_windows`), as many as the budget less `reserve` allows, at least
@@ -341,8 +341,8 @@ class OnnxEngine:
         per_chunk = room // (chunks * max(map(len, rows)))
         return best_windows(prepared, per_chunk) if per_chunk >= 1 else prepared
 
-    async def _verifier_within(self, budget: _Budget, prepared: list[Any], context: Sequence[str],
-                               sentences: Sequence[str]) -> list[Any]:
+    async def _verifier_within(self, budget: _Budget, prepared: list[PairInput], context: Sequence[str],
+                               sentences: Sequence[str]) -> list[PairInput]:
         """A long answer over a long context (each sentence against its `explainer.max_windows` best-matching
         windows) can overflow the request budget through the verifier alone; such an answer would pass
         unchecked. It is verified against fewer windows per sentence instead: as many as the budget left after
