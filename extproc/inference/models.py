@@ -71,7 +71,8 @@ class OnnxModel:
         self.tokenizer = prepare_tokenizer(tokenizer)
         self.layout: PairLayout = probe_layout(self.tokenizer)
         try:
-            self.session = create_session(self.path / MODEL_FILE, options)
+            self.session = create_session(self.path / MODEL_FILE, options,
+                                          int8=self.manifest.provenance.get("quantize") == "int8")
         except ProviderUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime's load errors share no base class

@@ -2,7 +2,10 @@
 
 `auto` trusts only what a created session reports: onnxruntime-gpu installs on
 CPU-only machines and silently falls back to CPU, so `get_available_providers()`
-says nothing about whether CUDA will actually run.
+says nothing about whether CUDA will actually run. And `auto` keeps int8 graphs on
+the CPU: onnxruntime's CUDA provider runs their quantized ops on the CPU anyway,
+with copies to and from the GPU around them, which was measured slower than the CPU
+alone (bench/results/inference-cuda.md); float graphs (the surrogate LM) use CUDA.
 """
 
 from __future__ import annotations
@@ -49,14 +52,19 @@ def _session_options(opts: RuntimeOptions) -> ort.SessionOptions:
     return so
 
 
-def create_session(model_path: str | Path, opts: RuntimeOptions) -> ort.InferenceSession:
-    """A session on the configured provider; `auto` falls back to CPU with one warning."""
+def create_session(model_path: str | Path, opts: RuntimeOptions, int8: bool = False) -> ort.InferenceSession:
+    """A session on the configured provider; `auto` falls back to CPU with one warning, and keeps an `int8`
+    graph (its manifest's provenance says quantize: int8) on the CPU."""
     if opts.provider not in PROVIDERS:
         raise ValueError(f"truthlens.models.provider: {opts.provider!r} is not one of {list(PROVIDERS)}")
     so = _session_options(opts)
     path = str(model_path)
-    if opts.provider == "cpu":
+    if opts.provider == "cpu" or (opts.provider == "auto" and int8):
         return ort.InferenceSession(path, sess_options=so, providers=[CPU])
+    if int8:
+        _once("int8-on-cuda", logging.WARNING, "provider cuda with an int8 graph (%s): onnxruntime runs its quantized "
+              "ops on the CPU with copies around them, measured slower than provider cpu "
+              "(bench/results/inference-cuda.md)", path)
     if opts.provider == "auto" and CUDA not in ort.get_available_providers():
         session = ort.InferenceSession(path, sess_options=so, providers=[CPU])  # CPU-only build
     else:
@@ -73,6 +81,7 @@ def create_session(model_path: str | Path, opts: RuntimeOptions) -> ort.Inferenc
 
 
 _warned = False
+_said: set[str] = set()
 
 
 def _warn_cpu_fallback(providers: list[str]) -> None:
@@ -81,6 +90,13 @@ def _warn_cpu_fallback(providers: list[str]) -> None:
     if not _warned:
         _warned = True
         log.warning("provider auto: CUDA not usable, running on CPU (session providers: %s)", providers)
+
+
+def _once(key: str, level: int, message: str, *args: object) -> None:
+    """A provider note once per process, not once per model."""
+    if key not in _said:
+        _said.add(key)
+        log.log(level, message, *args)
 
 
 @dataclass(frozen=True, slots=True)

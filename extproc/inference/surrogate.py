@@ -64,7 +64,8 @@ class SurrogateLM:
                                                    str(path / "truthlens.json"))
         self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         self.path = path
-        self.session = create_session(path / "model.onnx", options)
+        self.session = create_session(path / "model.onnx", options,
+                                      int8=self.manifest.provenance.get("quantize") == "int8")
         self.provider = self.session.get_providers()[0]
         self._outputs = {o.name for o in self.session.get_outputs()}
         self._inputs = {i.name for i in self.session.get_inputs()}

@@ -37,3 +37,32 @@ def test_explicit_cuda_fails_loudly_when_cuda_cannot_run(tiny_models):
 def test_unknown_provider_names_the_key(tiny_models):
     with pytest.raises(ValueError, match="truthlens.models.provider"):
         create_session(tiny_models["bert-seq"] / "model.onnx", RuntimeOptions("tpu"))
+
+
+def test_auto_keeps_int8_graphs_on_the_cpu(tiny_models, monkeypatch):
+    """onnxruntime's CUDA provider runs int8 graphs' quantized ops on the CPU with copies around them (slower than
+    the CPU alone on an H200, bench/results/inference-cuda.md): under auto they stay on the CPU, CUDA or not."""
+    monkeypatch.setattr(runtime.ort, "get_available_providers", lambda: [CUDA, CPU])  # as on a GPU host
+    s = create_session(tiny_models["bert-seq"] / "model.onnx", RuntimeOptions("auto"), int8=True)
+    assert s.get_providers() == [CPU]
+
+
+def test_models_tell_the_runtime_whether_their_graph_is_int8(tiny_models, monkeypatch, tmp_path):
+    import json
+    import shutil
+
+    from extproc.inference import models
+
+    seen: list[bool] = []
+    real = models.create_session
+    monkeypatch.setattr(models, "create_session", lambda path, opts, int8=False: (seen.append(int8), real(path, opts))[1])
+    int8_dir = shutil.copytree(tiny_models["bert-seq"], tmp_path / "int8")
+    manifest = json.loads((int8_dir / "truthlens.json").read_text())
+    manifest.setdefault("provenance", {})["quantize"] = "int8"
+    (int8_dir / "truthlens.json").write_text(json.dumps(manifest))
+    float_dir = shutil.copytree(tiny_models["bert-seq"], tmp_path / "float")
+    manifest["provenance"]["quantize"] = None
+    (float_dir / "truthlens.json").write_text(json.dumps(manifest))
+    models.OnnxModel(int8_dir, "sentinel", RuntimeOptions("cpu"))
+    models.OnnxModel(float_dir, "sentinel", RuntimeOptions("cpu"))
+    assert seen == [True, False]
