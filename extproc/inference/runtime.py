@@ -2,10 +2,12 @@
 
 `auto` trusts only what a created session reports: onnxruntime-gpu installs on
 CPU-only machines and silently falls back to CPU, so `get_available_providers()`
-says nothing about whether CUDA will actually run. And `auto` keeps int8 graphs on
-the CPU: onnxruntime's CUDA provider runs their quantized ops on the CPU anyway,
-with copies to and from the GPU around them, which was measured slower than the CPU
-alone (bench/results/inference-cuda.md); float graphs (the surrogate LM) use CUDA.
+says nothing about whether CUDA will actually run. An int8 graph does not go to CUDA
+as it is: onnxruntime's CUDA provider runs its quantized ops on the CPU, with copies
+to and from the GPU around them, measured slower than the CPU alone
+(bench/results/inference-cuda.md). Its float twin (`float_graph`, built in memory
+at load when the `onnx` package is installed) runs there instead; without `onnx`,
+`auto` keeps the int8 graph on the CPU.
 """
 
 from __future__ import annotations
@@ -53,22 +55,29 @@ def _session_options(opts: RuntimeOptions) -> ort.SessionOptions:
 
 
 def create_session(model_path: str | Path, opts: RuntimeOptions, int8: bool = False) -> ort.InferenceSession:
-    """A session on the configured provider; `auto` falls back to CPU with one warning, and keeps an `int8`
-    graph (its manifest's provenance says quantize: int8) on the CPU."""
+    """A session on the configured provider; `auto` falls back to CPU with one warning. An `int8` graph (its
+    manifest's provenance says quantize: int8) goes to CUDA as its float twin, or stays on the CPU under `auto`."""
     if opts.provider not in PROVIDERS:
         raise ValueError(f"truthlens.models.provider: {opts.provider!r} is not one of {list(PROVIDERS)}")
     so = _session_options(opts)
     path = str(model_path)
-    if opts.provider == "cpu" or (opts.provider == "auto" and int8):
+    if opts.provider == "cpu":
         return ort.InferenceSession(path, sess_options=so, providers=[CPU])
-    if int8:
-        _once("int8-on-cuda", logging.WARNING, "provider cuda with an int8 graph (%s): onnxruntime runs its quantized "
-              "ops on the CPU with copies around them, measured slower than provider cpu "
-              "(bench/results/inference-cuda.md)", path)
     if opts.provider == "auto" and CUDA not in ort.get_available_providers():
         session = ort.InferenceSession(path, sess_options=so, providers=[CPU])  # CPU-only build
     else:
-        session = ort.InferenceSession(path, sess_options=so, providers=[CUDA, CPU])
+        graph: str | bytes = path
+        if int8:
+            twin = _float_twin(path)
+            if twin is None and opts.provider == "auto":
+                return ort.InferenceSession(path, sess_options=so, providers=[CPU])
+            if twin is None:
+                _once("int8-on-cuda", logging.WARNING, "provider cuda with an int8 graph and no float twin (%s): its "
+                      "quantized ops run on the CPU with copies around them, slower than provider cpu", path)
+            graph = path if twin is None else twin
+        session = ort.InferenceSession(graph, sess_options=so, providers=[CUDA, CPU])
+        if int8 and CUDA not in session.get_providers() and opts.provider == "auto":
+            session = ort.InferenceSession(path, sess_options=so, providers=[CPU])  # the int8 graph is faster there
     if CUDA in session.get_providers():
         return session
     if opts.provider == "cuda":
@@ -90,6 +99,20 @@ def _warn_cpu_fallback(providers: list[str]) -> None:
     if not _warned:
         _warned = True
         log.warning("provider auto: CUDA not usable, running on CPU (session providers: %s)", providers)
+
+
+def _float_twin(path: str) -> bytes | None:
+    """The float twin of an int8 graph for CUDA, serialized; None (said once) when it cannot be built."""
+    try:
+        from extproc.inference.float_graph import float_graph_bytes
+
+        return float_graph_bytes(path)
+    except ImportError:
+        _once("no-onnx", logging.WARNING, "int8 graphs stay on the CPU: building their float twin for CUDA needs the "
+              "onnx package (pip install onnx; the CUDA image has it)")
+    except Exception as exc:  # noqa: BLE001 - an unknown graph layout: the int8 graph serves as before
+        _once(f"twin-{path}", logging.WARNING, "%s: no float twin for CUDA (%s); the int8 graph is used", path, exc)
+    return None
 
 
 def _once(key: str, level: int, message: str, *args: object) -> None:

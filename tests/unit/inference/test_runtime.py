@@ -39,12 +39,18 @@ def test_unknown_provider_names_the_key(tiny_models):
         create_session(tiny_models["bert-seq"] / "model.onnx", RuntimeOptions("tpu"))
 
 
-def test_auto_keeps_int8_graphs_on_the_cpu(tiny_models, monkeypatch):
+def test_auto_keeps_int8_graphs_on_the_cpu_unless_cuda_runs_their_float_twin(tiny_models, monkeypatch):
     """onnxruntime's CUDA provider runs int8 graphs' quantized ops on the CPU with copies around them (slower than
-    the CPU alone on an H200, bench/results/inference-cuda.md): under auto they stay on the CPU, CUDA or not."""
+    the CPU alone on an H200, bench/results/inference-cuda.md): CUDA gets the float twin; when that does not run
+    on CUDA (here: no GPU) or cannot be built, auto keeps the int8 graph on the CPU."""
     monkeypatch.setattr(runtime.ort, "get_available_providers", lambda: [CUDA, CPU])  # as on a GPU host
+    twins: list[str] = []
+    real = runtime._float_twin
+    monkeypatch.setattr(runtime, "_float_twin", lambda p: (twins.append(p), real(p))[1])
     s = create_session(tiny_models["bert-seq"] / "model.onnx", RuntimeOptions("auto"), int8=True)
-    assert s.get_providers() == [CPU]
+    assert s.get_providers() == [CPU] and twins == [str(tiny_models["bert-seq"] / "model.onnx")]
+    monkeypatch.setattr(runtime, "_float_twin", lambda p: None)  # no onnx package: not even tried on CUDA
+    assert create_session(tiny_models["bert-seq"] / "model.onnx", RuntimeOptions("auto"), int8=True).get_providers() == [CPU]
 
 
 def test_models_tell_the_runtime_whether_their_graph_is_int8(tiny_models, monkeypatch, tmp_path):
