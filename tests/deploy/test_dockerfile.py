@@ -5,6 +5,7 @@ No Docker engine runs in CI (see docs/deploy.md), so the build itself is not exe
 from __future__ import annotations
 
 import fnmatch
+import re
 from pathlib import Path
 
 from tests.deploy.support import DOCKERFILE, ROOT, dockerfile_stages, hadolint_bin, run
@@ -34,6 +35,9 @@ def test_both_variants_run_as_non_root_with_a_health_check() -> None:
         user = [i for i in stages[variant] if i.startswith("USER ")]
         assert user and not user[-1].split()[1].startswith(("0", "root"))
     assert any("onnxruntime-gpu" in i for i in stages["build-cuda"])
+    # the CUDA image builds the int8 encoders' float twins at load (extproc/inference/float_graph.py): it needs onnx,
+    # kept there (the CPU image's build stage uninstalls it after exporting the surrogate)
+    assert any(re.search(r"\bonnx==", i) for i in stages["build-cuda"])
     assert any("--from=build-cuda" in i for i in stages["cuda"])
     assert any("--from=build " in i + " " for i in stages["cpu"])
     # CUDA libraries found through the loader cache built from the wheels, not a fixed path list
