@@ -4,7 +4,7 @@
 import json
 import shutil
 
-from extproc.inference.engine import EngineSettings, build_engine
+from extproc.inference.engine import build_engine
 from extproc.inference.templates import LETTUCEDETECT_TEMPLATE
 from tests.helpers.settings import engine_settings
 
