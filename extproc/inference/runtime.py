@@ -108,8 +108,8 @@ def _float_twin(path: str) -> bytes | None:
 
         return float_graph_bytes(path)
     except ImportError:
-        _once("no-onnx", logging.WARNING, "int8 graphs stay on the CPU: building their float twin for CUDA needs the "
-              "onnx package (pip install onnx; the CUDA image has it)")
+        _once("no-onnx", logging.WARNING, "no float twins of int8 graphs for CUDA: building them needs the onnx "
+              "package (pip install onnx; the CUDA image has it)")
     except Exception as exc:  # noqa: BLE001 - an unknown graph layout: the int8 graph serves as before
         _once(f"twin-{path}", logging.WARNING, "%s: no float twin for CUDA (%s); the int8 graph is used", path, exc)
     return None
