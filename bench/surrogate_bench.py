@@ -66,12 +66,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", type=Path, default=ROOT / "models" / "surrogate")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--provider", choices=("cpu", "cuda"), default="cpu",
+                    help="onnxruntime provider (cuda: a GPU host with onnxruntime-gpu; it fails when CUDA does not run)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--out", type=Path, default=RESULTS / "surrogate")
     ap.add_argument("--fp32-only", action="store_true",
                     help="skip the int8 graph (its export and the agreement check): the model directory alone")
     args = ap.parse_args()
-    opts = RuntimeOptions("cpu", args.threads)
+    opts = RuntimeOptions(args.provider, args.threads)
     fp32 = SurrogateLM(args.model, opts)
     shapes = [(512, 128), (256, 64), (1024 - 128 - 64, 128)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -262,6 +262,9 @@ def _rope_tables(shape: LlamaShape, max_length: int, base: float | None = None) 
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
 
+IR_VERSION = 8  # ONNX 1.12: opset 17, readable by every onnxruntime the project supports (>= 1.19)
+
+
 def build_graph(shape: LlamaShape, weights: dict[str, np.ndarray], max_length: int,
                 hidden_layers: Sequence[int], top_k: int) -> Any:
     from onnx import TensorProto, helper
@@ -404,7 +407,10 @@ def build_graph(shape: LlamaShape, weights: dict[str, np.ndarray], max_length: i
                                helper.make_tensor_value_info("score_from", TensorProto.INT64, [1])],
                               [helper.make_tensor_value_info(n, t, dims) for n, _, t, dims in outs],
                               g.inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="truthlens")
+    # IR 8 is what opset 17 needs; the onnx package's own default follows its release (1.23 writes IR 14), which
+    # onnxruntime releases before 1.32 refuse ("max supported IR version: 13", seen with onnxruntime-gpu 1.31.1)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="truthlens",
+                             ir_version=IR_VERSION)
 
 
 # ---------------------------------------------------------------- the model directory

@@ -82,6 +82,15 @@ def tiny(tmp_path_factory):
     return SurrogateLM(out, RuntimeOptions("cpu", 1), max_tokens=200), table
 
 
+def test_the_export_is_readable_by_older_onnxruntime(tiny):
+    """IR 8 (opset 17), not the onnx package's own default: onnx 1.23 writes IR 14, which onnxruntime-gpu 1.31.1
+    (the CUDA image's) refuses."""
+    import onnx
+
+    lm, _ = tiny
+    assert onnx.load(str(lm.path / "model.onnx"), load_external_data=False).ir_version == 8
+
+
 def test_token_log_probs_are_the_hand_computed_bigram_table(tiny):
     lm, table = tiny
     ids = lm.tokenizer.encode("The treaty was signed in 1642.").ids
