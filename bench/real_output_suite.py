@@ -751,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
     sets = load_sets(args.data, args.cache, args.sets, args.per_split)
     args.served_latency = {}  # filled by evaluate when `served` runs
     selection = [n for n in (args.selection or RAG_SETS) if n in sets and n not in REPORT_ONLY]
-    keep: dict[str, Any] = {}  # suite-test scores per candidate, for the report's bootstrap comparisons
+    keep: dict[str, Any] = {}  # scores per candidate, split and set: the bootstrap comparisons and the recall bar
     report = {
         "command": command("bench.real_output_suite", argv),
         "machine": machine(), "date": dt.date.today().isoformat(), "per_split": args.per_split,
