@@ -204,10 +204,16 @@ def best_windows(prepared: PairInput, per_chunk: int) -> PairInput:
     for idx in by_chunk.values():
         first = prepared.rows[idx[0]]
         words = set(first.input_ids[first.second_start : first.second_start + first.second_count])
-        shared = {i: len(words.intersection(prepared.rows[i].input_ids[: prepared.rows[i].second_start])) for i in idx}
-        keep.update(sorted(idx, key=lambda i: (-shared[i], i))[: max(per_chunk, 1)])
+        keep.update(idx[k] for k in _most_shared([prepared.rows[i] for i in idx], words, max(per_chunk, 1)))
     return PairInput(tuple(r for i, r in enumerate(prepared.rows) if i in keep), prepared.second_offsets,
                      prepared.second_len)
+
+
+def _most_shared(rows: Sequence[Row], words: set[int], k: int) -> list[int]:
+    """Indices of the `k` rows whose first segment shares the most token ids with `words` (ties: the earlier
+    row), in row order: the windows most likely to hold the evidence for that text."""
+    ranked = sorted(range(len(rows)), key=lambda i: (-len(words.intersection(rows[i].input_ids[: rows[i].second_start])), i))
+    return sorted(ranked[:k])
 
 
 def _classify_first(enc, start: int, end: int) -> tuple[list[int], list[int], list[int]]:
@@ -277,9 +283,7 @@ def nli_inputs(
     for enc in encs[1:]:
         rows = window_pair(layout, (), premise_ids, (), enc.ids, max_length, overlap, chunk_second=False)
         if 0 < max_windows < len(rows):
-            words = set(enc.ids)
-            ranked = sorted(range(len(rows)), key=lambda i: (-len(words.intersection(rows[i].input_ids[: rows[i].second_start])), i))
-            rows = [rows[i] for i in sorted(ranked[:max_windows])]
+            rows = [rows[i] for i in _most_shared(rows, set(enc.ids), max_windows)]
         out.append(PairInput(tuple(rows), tuple(enc.offsets), len(enc.ids)))
     return out
 
