@@ -18,7 +18,7 @@ def gpu_line(r: dict[str, Any]) -> str:
     if r.get("provider") == "cuda":
         return f"- GPU: {r['machine']['gpu']} (onnxruntime CUDA provider)"
     return ("- GPU: not used; for GPU numbers rerun the same command with `--provider cuda` on a GPU host with "
-            "onnxruntime-gpu (`bench/results/gpu-cost.md` has torch figures for the same shapes on an H200).")
+            "onnxruntime-gpu (`bench/results/inference-cuda-float.md` has one, on an H200).")
 
 
 def _header(r: dict[str, Any]) -> list[str]:

@@ -11,7 +11,8 @@ weights when it loads the graph):
 - DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(scales) -> MatMul
 
 The weights are the int8 graph's, so the scores stay close to it; activations are no longer quantized, which
-moves them a little (`parity`). Needs the `onnx` package (an export-time dependency, not a serving one).
+moves them a little (bench/results/inference-cuda-float.md). Needs the `onnx` package (the CUDA image installs
+it; the CPU path never imports this module).
 """
 
 from __future__ import annotations
@@ -20,9 +21,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-FLOAT_MODEL_FILE = "model.float.onnx"
 MS = "com.microsoft"
 
 
@@ -144,7 +142,8 @@ def _sorted(model: Any) -> Any:
         for n in progress:
             order.append(n)
             ready.update(n.output)
-        pending = [n for n in pending if all(id(n) != id(p) for p in progress)]
+        done = {id(n) for n in progress}
+        pending = [n for n in pending if id(n) not in done]
     del g.node[:]
     g.node.extend(order)
     return model
@@ -155,27 +154,3 @@ def float_graph_bytes(path: str | Path) -> bytes:
     import onnx
 
     return float_graph(onnx.load(str(path))).SerializeToString()
-
-
-def write_float_graph(model_dir: str | Path) -> Path:
-    """model_dir/model.float.onnx from model_dir/model.onnx."""
-    import onnx
-
-    src = Path(model_dir) / "model.onnx"
-    out = Path(model_dir) / FLOAT_MODEL_FILE
-    onnx.save(float_graph(onnx.load(str(src))), str(out))
-    return out
-
-
-def parity(model_dir: str | Path, feeds: dict[str, np.ndarray]) -> float:
-    """Largest absolute difference between the int8 and the float graph's softmax outputs on `feeds`, CPU."""
-    import onnxruntime as ort
-
-    def run(path: Path) -> np.ndarray:
-        s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        (out,) = s.run(None, {k: v for k, v in feeds.items() if k in {i.name for i in s.get_inputs()}})
-        e = np.exp(out - out.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
-
-    d = Path(model_dir)
-    return float(np.abs(run(d / "model.onnx") - run(d / FLOAT_MODEL_FILE)).max())
