@@ -234,13 +234,18 @@ def _verifier(model_dir: str) -> Callable[[list[dict], argparse.Namespace], list
     return run
 
 
-def _served(recs: list[dict], args: argparse.Namespace) -> list[dict]:
-    """The gateway's own path (`truthlens eval`'s scorer: engine, batcher, default config) per answer."""
-    from extproc.evaluation.dataset import Example
-    from extproc.evaluation.scorer import open_scorer
+def _served(recs: list[dict], args: argparse.Namespace, float_twins: bool = False) -> list[dict]:
+    """The gateway's own path (`truthlens eval`'s scorer: engine, batcher, default config) per answer; with
+    `float_twins` the int8 encoders run as the float twins onnxruntime's CUDA provider gets, here on the CPU."""
+    from dataclasses import replace
 
-    scorer = open_scorer(argparse.Namespace(config=None, model_dir=None, explainer_dir=None, no_explainer=False,
-                                            token_threshold=None, min_span_confidence=None))
+    from extproc.evaluation.dataset import Example
+    from extproc.evaluation.scorer import Scorer, settings_from_args
+
+    settings, response = settings_from_args(argparse.Namespace(
+        config=None, model_dir=None, explainer_dir=None, no_explainer=False, token_threshold=None,
+        min_span_confidence=None))
+    scorer = Scorer(replace(settings, float_twins=float_twins), response)
     out = []
     try:
         for i, r in enumerate(recs):
@@ -280,6 +285,7 @@ PRODUCERS: dict[str, Callable[[list[dict], argparse.Namespace], list[dict]]] = {
     "verifier_nli": _verifier("models/explainer"),
     "verifier_trained_nli": _verifier("models/verifier"),
     "served": _served,
+    "served_float_twins": lambda recs, args: _served(recs, args, float_twins=True),
 }
 
 
@@ -376,6 +382,10 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
     "served": (("served",), lambda r: Scored(r["score"], tuple((s, e, v) for s, e, v in r["spans"])), _served_threshold(),
                "the gateway as shipped: truthlens eval's engine path with the default config (score_method, "
                "calibration, thresholds.response)"),
+    "served_float_twins": (("served_float_twins",),
+                           lambda r: Scored(r["score"], tuple((s, e, v) for s, e, v in r["spans"])), _served_threshold(),
+                           "`served` with the int8 encoders run as their float twins, as on onnxruntime's CUDA "
+                           "provider (computed on the CPU), under the same calibration and threshold"),
     "detector_deep+verifier": (("detector_deep_tokens", "verifier_nli"), _fused, None,
                                "score_method fused with the optional 4-layer detector-deep"),
     "detector_full+verifier": (("detector_full_tokens", "verifier_nli"), _fused, None,
@@ -510,7 +520,8 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
 
 
 # pairs whose suite-test AUROC difference the report gives with a bootstrap interval (both must have run)
-COMPARISONS = (("served", "detector_max"), ("served", "detector"), ("served", "context_pmi"))
+COMPARISONS = (("served", "detector_max"), ("served", "detector"), ("served", "context_pmi"),
+               ("served_float_twins", "served"))
 
 
 def compare(keep: dict[str, Any], pairs: Sequence[tuple[str, str]] = COMPARISONS,

@@ -186,7 +186,8 @@ class BatchingConfig:
     max_batch_tokens: int = _bounded(4096, 1)
     max_wait_ms: float = _bounded(2.0, 0.0)
     max_queue: int = _bounded(256, 1)
-    # one request's detection (detector + verifier rows, context windows included; ~1 s of CPU on 2 cores): past 8
+    # one answer's detection (detector + verifier rows, context windows included; ~1 s of CPU on 2 cores; each of
+    # n choices has its own, max_queued_tokens bounds them together): past 8
     # characters per token of it the answer passes unchecked/too_large before tokenizing; rows over it read fewer
     # context windows (the best-matching ones, at least one per answer chunk and sentence), else too_large
     max_request_tokens: int = _bounded(16384, 512)

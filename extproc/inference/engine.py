@@ -15,7 +15,7 @@ import random
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -131,6 +131,7 @@ class EngineSettings:
     sentinel_prefilter: bool  # use the sentinel directory's prefilter.npz when it has one
     prep_threads: int = 2  # tokenization / windowing pool
     strict: bool = False  # True: a present-but-invalid model directory raises instead of being left out
+    float_twins: bool = False  # benches: int8 encoders as their float twins on the CPU (what CUDA runs)
 
     def __post_init__(self) -> None:
         if self.provider not in PROVIDERS:
@@ -495,7 +496,8 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
     ManifestError instead. Provider `cuda` without a CUDA session always raises
     ProviderUnavailable: the operator asked for a GPU explicitly.
     """
-    options = RuntimeOptions(settings.provider, settings.intra_op_threads, settings.inter_op_threads)
+    options = RuntimeOptions(settings.provider, settings.intra_op_threads, settings.inter_op_threads,
+                             settings.float_twins)
     dirs = {"sentinel": settings.sentinel_dir, "detector": settings.detector_dir,
             "explainer": settings.explainer_dir if settings.explainer_enabled else None}
     models: dict[str, OnnxModel] = {}
@@ -510,7 +512,7 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
             continue
         role_options = options
         if role == "sentinel" and settings.intra_op_threads == 0:
-            role_options = RuntimeOptions(settings.provider, SENTINEL_DEFAULT_THREADS, settings.inter_op_threads)
+            role_options = replace(options, intra_op_threads=SENTINEL_DEFAULT_THREADS)
         try:
             models[role] = OnnxModel(directory, role, role_options, settings.max_batch_tokens)
         except ManifestError as exc:

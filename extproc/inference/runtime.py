@@ -36,6 +36,7 @@ class RuntimeOptions:
     provider: str = "auto"  # auto | cuda | cpu
     intra_op_threads: int = 0  # 0 = onnxruntime default
     inter_op_threads: int = 1
+    float_twins: bool = False  # int8 graphs as their float twins on the CPU too: CUDA's scores, measured on a CPU
 
 
 class ProviderUnavailable(RuntimeError):
@@ -62,22 +63,22 @@ def create_session(model_path: str | Path, opts: RuntimeOptions, int8: bool = Fa
     so = _session_options(opts)
     path = str(model_path)
     if opts.provider == "cpu":
-        return ort.InferenceSession(path, sess_options=so, providers=[CPU])
+        return _cpu_session(path, so, int8 and opts.float_twins)
     if opts.provider == "auto" and CUDA not in ort.get_available_providers():
-        session = ort.InferenceSession(path, sess_options=so, providers=[CPU])  # CPU-only build
+        session = _cpu_session(path, so, int8 and opts.float_twins)  # CPU-only build
     else:
         graph: str | bytes = path
         if int8:
             twin = _float_twin(path)
             if twin is None and opts.provider == "auto":
-                return ort.InferenceSession(path, sess_options=so, providers=[CPU])
+                return _cpu_session(path, so, opts.float_twins)
             if twin is None:
                 _once("int8-on-cuda", logging.WARNING, "provider cuda with an int8 graph and no float twin (%s): its "
                       "quantized ops run on the CPU with copies around them, slower than provider cpu", path)
             graph = path if twin is None else twin
         session = ort.InferenceSession(graph, sess_options=so, providers=[CUDA, CPU])
         if int8 and CUDA not in session.get_providers() and opts.provider == "auto":
-            session = ort.InferenceSession(path, sess_options=so, providers=[CPU])  # the int8 graph is faster there
+            session = _cpu_session(path, so, opts.float_twins)  # the int8 graph is faster there
     if CUDA in session.get_providers():
         return session
     if opts.provider == "cuda":
@@ -87,6 +88,14 @@ def create_session(model_path: str | Path, opts: RuntimeOptions, int8: bool = Fa
         )
     _warn_cpu_fallback(session.get_providers())
     return session
+
+
+def _cpu_session(path: str, so: ort.SessionOptions, twin: bool) -> ort.InferenceSession:
+    """A CPU session on the graph at `path`, or (`twin`: RuntimeOptions.float_twins) on its float twin."""
+    graph = _float_twin(path) if twin else path
+    if graph is None:
+        raise RuntimeError(f"{path}: float_twins asked for, but no float twin could be built (see the log)")
+    return ort.InferenceSession(graph, sess_options=so, providers=[CPU])
 
 
 _warned = False

@@ -41,6 +41,17 @@ def test_the_twin_of_a_fused_int8_export_is_closer_to_the_float_model(tmp_path: 
     int8_err = np.abs(_logits(str(int8_dir / "model.onnx"), feeds) - ref)[mask].max()
     assert twin_err < int8_err and twin_err < 0.05  # weight rounding only; the int8 graph also rounds activations
 
+    # RuntimeOptions.float_twins: the CPU runs the twin, so CUDA's scores can be measured without a GPU
+    from extproc.inference.runtime import RuntimeOptions, create_session
+
+    for provider in ("cpu", "auto"):  # auto on this CPU-only build falls back to the CPU, twins kept
+        session = create_session(int8_dir / "model.onnx", RuntimeOptions(provider, float_twins=True), int8=True)
+        on_cpu = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})[0]
+        np.testing.assert_allclose(on_cpu, _logits(twin.SerializeToString(), feeds), atol=1e-5)
+    plain = create_session(int8_dir / "model.onnx", RuntimeOptions("cpu"), int8=True)
+    assert not np.allclose(plain.run(None, {i.name: feeds[i.name] for i in plain.get_inputs()})[0],
+                           _logits(twin.SerializeToString(), feeds), atol=1e-5)
+
 
 @pytest.mark.parametrize("name", ["detector", "explainer", "sentinel"])
 def test_the_shipped_int8_models_have_a_twin_that_runs(name: str) -> None:
