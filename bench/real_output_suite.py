@@ -430,6 +430,8 @@ SERVABLE = {
     "detector_full+verifier": {"detector": "models/detector-full", "explainer": "models/explainer"},
     "detector+verifier+pmi": {"detector": "models/detector", "explainer": "models/explainer",
                               "surrogate": "models/surrogate"},
+    "detector_full+verifier+pmi": {"detector": "models/detector-full", "explainer": "models/explainer",
+                                   "surrogate": "models/surrogate"},
 }
 
 

@@ -77,10 +77,15 @@ def test_the_optional_detectors_ship_their_own_calibration(name: str) -> None:
     from extproc.inference.calibration import CalibrationSet, check_models
 
     root = EXAMPLE.parents[1] / "models"
-    (cal,) = CalibrationSet.load(root / name / "calibration.json").fits
-    check_models(cal, {"detector": root / name / "model.onnx", "explainer": root / "explainer" / "model.onnx"},
-                 f"models/{name}/calibration.json")  # fitted for the committed model files
-    assert cal.raw_score == "fused" and 0.0 < cal.fitted_on["recommended_response_threshold"] < 1.0
+    # a fit stacked with context PMI must be for the surrogate the default detector's stack uses
+    (surrogate,) = {c.models["surrogate"] for c in CalibrationSet.load(root / "detector" / "calibration.json").fits
+                    if "surrogate" in c.models}
+    fits = CalibrationSet.load(root / name / "calibration.json").fits
+    for cal in fits:
+        check_models(cal, {"detector": root / name / "model.onnx", "explainer": root / "explainer" / "model.onnx"},
+                     f"models/{name}/calibration.json", {"surrogate": surrogate})  # fitted for the committed files
+        assert cal.raw_score == "fused" and 0.0 < cal.fitted_on["recommended_response_threshold"] < 1.0
+    assert any(not c.signals for c in fits)  # the fallback when the surrogate is off
 
 
 def test_empty_file_means_defaults(tmp_path: Path) -> None:

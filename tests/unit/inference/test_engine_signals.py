@@ -31,8 +31,10 @@ def surrogate_built() -> None:
         pytest.fail("models/surrogate is missing: `make setup-dev` builds it (truthlens export --task causal-lm)")
 
 
-async def test_the_score_stacks_context_pmi_with_the_committed_fit(surrogate_built):
-    on, off = build_engine(_settings()), build_engine(_settings(context_pmi=False))
+@pytest.mark.parametrize("detector", ["models/detector", "models/detector-full"])  # the CPU default, the 6-layer tier
+async def test_the_score_stacks_context_pmi_with_the_committed_fit(surrogate_built, detector):
+    on = build_engine(_settings(detector_dir=str(ROOT / detector)))
+    off = build_engine(_settings(detector_dir=str(ROOT / detector), context_pmi=False))
     try:
         assert on.signals == frozenset({CONTEXT_PMI})
         result = await on.detect([PASSAGE], QUESTION, ANSWER)
