@@ -234,9 +234,10 @@ def _verifier(model_dir: str) -> Callable[[list[dict], argparse.Namespace], list
     return run
 
 
-def _served(recs: list[dict], args: argparse.Namespace, float_twins: bool = False) -> list[dict]:
+def _served(recs: list[dict], args: argparse.Namespace, float_twins: bool = False, gpu: bool = False) -> list[dict]:
     """The gateway's own path (`truthlens eval`'s scorer: engine, batcher, default config) per answer; with
-    `float_twins` the int8 encoders run as the float twins onnxruntime's CUDA provider gets, here on the CPU."""
+    `float_twins` the int8 encoders run as the float twins onnxruntime's CUDA provider gets, here on the CPU;
+    `gpu` also takes the detector a GPU serves (`models.detector: auto`'s quality tier): a GPU's scores."""
     from dataclasses import replace
 
     from extproc.evaluation.dataset import Example
@@ -245,7 +246,10 @@ def _served(recs: list[dict], args: argparse.Namespace, float_twins: bool = Fals
     settings, response = settings_from_args(argparse.Namespace(
         config=None, model_dir=None, explainer_dir=None, no_explainer=False, token_threshold=None,
         min_span_confidence=None))
-    scorer = Scorer(replace(settings, float_twins=float_twins), response)
+    if gpu:
+        settings = replace(settings, detector_dir=settings.gpu_detector_dir or settings.detector_dir,
+                           gpu_detector_dir=None)
+    scorer = Scorer(replace(settings, float_twins=float_twins or gpu), response)
     out = []
     try:
         for i, r in enumerate(recs):
@@ -286,6 +290,7 @@ PRODUCERS: dict[str, Callable[[list[dict], argparse.Namespace], list[dict]]] = {
     "verifier_trained_nli": _verifier("models/verifier"),
     "served": _served,
     "served_float_twins": lambda recs, args: _served(recs, args, float_twins=True),
+    "served_gpu": lambda recs, args: _served(recs, args, gpu=True),
 }
 
 
@@ -386,6 +391,10 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
                            lambda r: Scored(r["score"], tuple((s, e, v) for s, e, v in r["spans"])), _served_threshold(),
                            "`served` with the int8 encoders run as their float twins, as on onnxruntime's CUDA "
                            "provider (computed on the CPU), under the same calibration and threshold"),
+    "served_gpu": (("served_gpu",), lambda r: Scored(r["score"], tuple((s, e, v) for s, e, v in r["spans"])),
+                   _served_threshold(),
+                   "the gateway as a GPU serves it by default (computed on the CPU): models.detector auto's quality "
+                   "tier (detector-full, with its calibration) and the explainer as float twins, thresholds.response"),
     "detector_deep+verifier": (("detector_deep_tokens", "verifier_nli"), _fused, None,
                                "score_method fused with the optional 4-layer detector-deep"),
     "detector_full+verifier": (("detector_full_tokens", "verifier_nli"), _fused, None,
@@ -523,7 +532,7 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
 
 # pairs whose suite-test AUROC difference the report gives with a bootstrap interval (both must have run)
 COMPARISONS = (("served", "detector_max"), ("served", "detector"), ("served", "context_pmi"),
-               ("served_float_twins", "served"))
+               ("served_float_twins", "served"), ("served_gpu", "served"))
 
 
 def compare(keep: dict[str, Any], pairs: Sequence[tuple[str, str]] = COMPARISONS,

@@ -39,7 +39,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--model-dir",
         metavar="DIR",
         default=None,
-        help="detector model directory (default: the config's, else models/detector)",
+        help="detector model directory (default: the config's truthlens.models.detector; auto, the default, is "
+             "models/detector-full where its session runs on CUDA and models/detector elsewhere)",
     )
     parser.add_argument(
         "--explainer-dir",

@@ -124,8 +124,10 @@ def config_warnings(cfg: Config) -> list[str]:
                 f"({cfg.truthlens.inference_timeout_ms}); a slow pool ends in a timeout instead of a retry"
             )
         return warnings
-    for role in ("sentinel", "detector", "explainer"):
-        p = model_dir(getattr(cfg.truthlens.models, role))
+    models = cfg.truthlens.models
+    for role, path in (("sentinel", models.sentinel), ("detector", models.detector_dirs[0]),
+                       ("explainer", models.explainer)):  # detector auto: the CPU tier must be there
+        p = model_dir(path)
         if p is not None and not p.is_dir():
             warnings.append(
                 f"truthlens.models.{role}: model directory {str(p)!r} not found; "

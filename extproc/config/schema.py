@@ -137,6 +137,12 @@ class ServerConfig:
 # --- truthlens (global plugin settings) ---------------------------------------
 
 
+AUTO = "auto"
+# `truthlens.models.detector: auto`: the 3-layer detector on CPUs (one 512-token window within 25 ms on 2 cores), all
+# six layers where the models run on CUDA (2.7 ms a window there; better on the real-output suite, its card)
+DETECTOR_TIERS = {"cpu": "models/detector", "cuda": "models/detector-full"}
+
+
 @dataclass(frozen=True, slots=True)
 class ModelsConfig:
     provider: Provider = "auto"
@@ -144,9 +150,16 @@ class ModelsConfig:
     inter_op_threads: int = _bounded(1, 0)
     sentinel_prefilter: bool = True
     sentinel: str | None = "models/sentinel"
-    detector: str | None = "models/detector"
+    detector: str | None = AUTO  # a model directory; auto = DETECTOR_TIERS: the quality tier when the models run on CUDA
     explainer: str | None = "models/explainer"
     surrogate: str | None = "models/surrogate"  # causal LM for the white-box signals (built by make setup-serve)
+
+    @property
+    def detector_dirs(self) -> tuple[str | None, str | None]:
+        """(the detector directory, the one that replaces it when the models run on CUDA, or None)."""
+        if self.detector == AUTO:
+            return DETECTOR_TIERS["cpu"], DETECTOR_TIERS["cuda"]
+        return self.detector, None
 
 
 @dataclass(frozen=True, slots=True)

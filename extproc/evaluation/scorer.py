@@ -66,6 +66,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Any, float]:
         settings,
         sentinel_dir=None,  # eval and detect judge answers; the prompt classifier is not involved
         detector_dir=detector,
+        gpu_detector_dir=None if args.model_dir else settings.gpu_detector_dir,  # --model-dir: that model everywhere
         explainer_dir=None if no_explainer else explainer,
         explainer_enabled=settings.explainer_enabled and not no_explainer,
     )
@@ -170,7 +171,7 @@ class Scorer:
     def describe(self) -> dict[str, Any]:
         s = self.settings
         return {
-            "detector_dir": s.detector_dir,
+            "detector_dir": next((m.path for m in self.engine.models() if m.role == "detector"), s.detector_dir),
             "explainer_dir": s.explainer_dir,
             "explainer": "on" if self.engine.has("explainer") else "off",
             "models": [asdict(m) for m in self.engine.models()],

@@ -35,7 +35,7 @@ from extproc.inference.latent_audit import AuditError, LatentAudit, audit_featur
 from extproc.inference.manifest import MODEL_FILE, ManifestError
 from extproc.inference.models import Detector, Explainer, NliResult, OnnxModel, Sentinel, TokenScores
 from extproc.inference.prefilter import PREFILTER_FILE, LexicalPrefilter
-from extproc.inference.runtime import PROVIDERS, RuntimeOptions
+from extproc.inference.runtime import CUDA, PROVIDERS, RuntimeOptions, cuda_available
 from extproc.inference.spans import (
     SCORE_METHODS,
     RawSpan,
@@ -96,11 +96,12 @@ class EngineSettings:
 
     The config schema holds every default: the fields it maps have none here, so the server, the
     benches and the tests cannot run on thresholds the config never gives. Only what the config
-    does not set (strict loading, the tokenization pool) has a default.
+    does not set (strict loading, the tokenization pool, benches' float twins) has a default.
     """
 
     sentinel_dir: str | None
     detector_dir: str | None
+    gpu_detector_dir: str | None  # replaces detector_dir where its session runs on CUDA (models.detector: auto)
     explainer_dir: str | None
     surrogate_dir: str | None  # causal LM for the white-box signals
     context_pmi: bool  # use the surrogate's context PMI in the fused score when it is loaded
@@ -146,7 +147,8 @@ class EngineSettings:
         tl = cfg.truthlens
         m, t, b, e = tl.models, tl.thresholds, tl.batching, tl.explainer
         settings = dict(
-            sentinel_dir=m.sentinel, detector_dir=m.detector, explainer_dir=m.explainer, surrogate_dir=m.surrogate,
+            sentinel_dir=m.sentinel, detector_dir=m.detector_dirs[0], gpu_detector_dir=m.detector_dirs[1],
+            explainer_dir=m.explainer, surrogate_dir=m.surrogate,
             context_pmi=tl.signals.context_pmi, surrogate_max_tokens=tl.signals.surrogate_max_tokens,
             latent_audit_file=tl.signals.latent_audit, lens_emergence=tl.signals.lens_emergence,
             context_mmd=tl.signals.context_mmd, reservoir_size=tl.signals.reservoir_size,
@@ -510,6 +512,13 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
         if not Path(directory).exists():
             log.warning("%s: model directory %s does not exist; %s disabled", role, directory, role)
             continue
+        if role == "detector" and settings.gpu_detector_dir is not None:
+            quality = _quality_detector(settings, options)
+            if quality is not None:
+                models[role] = quality
+                log.info("detector: loaded %s from %s on %s (the quality tier: models.detector auto)", quality.name,
+                         quality.path, quality.provider)
+                continue
         role_options = options
         if role == "sentinel" and settings.intra_op_threads == 0:
             role_options = replace(options, intra_op_threads=SENTINEL_DEFAULT_THREADS)
@@ -534,6 +543,30 @@ def build_engine(settings: EngineSettings) -> OnnxEngine:
                     "signals: none is computed")
     engine.load_errors = errors
     return engine
+
+
+def _quality_detector(settings: EngineSettings, options: RuntimeOptions) -> OnnxModel | None:
+    """`models.detector: auto`: the quality tier's detector when its session runs on CUDA; None (the CPU tier
+    serves) on a CPU, without the directory, or when CUDA does not take it. Under provider `cuda` a session
+    that does not get CUDA raises ProviderUnavailable, as for any model."""
+    assert settings.gpu_detector_dir is not None
+    if settings.provider == "cpu" or not cuda_available():
+        return None
+    directory = Path(settings.gpu_detector_dir).expanduser()
+    if not directory.is_dir():
+        log.info("detector: no quality tier at %s; the CPU tier serves on CUDA", directory)
+        return None
+    try:
+        model = OnnxModel(str(directory), "detector", options, settings.max_batch_tokens)
+    except ManifestError as exc:
+        if settings.strict:
+            raise ManifestError(f"truthlens.models.detector (auto, CUDA): {exc}") from exc
+        log.error("truthlens.models.detector (auto, CUDA): %s; the CPU tier serves", exc)
+        return None
+    if model.provider != CUDA:
+        log.info("detector: the quality tier runs on %s, not CUDA; the CPU tier serves", model.provider)
+        return None
+    return model
 
 
 def _load_failed(key: str, message: str, consequence: str, strict: bool, errors: dict[str, str],

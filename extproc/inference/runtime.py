@@ -55,6 +55,11 @@ def _session_options(opts: RuntimeOptions) -> ort.SessionOptions:
     return so
 
 
+def cuda_available() -> bool:
+    """This onnxruntime build has the CUDA provider (whether a GPU takes a session is known only once one is made)."""
+    return CUDA in ort.get_available_providers()
+
+
 def create_session(model_path: str | Path, opts: RuntimeOptions, int8: bool = False) -> ort.InferenceSession:
     """A session on the configured provider; `auto` falls back to CPU with one warning. An `int8` graph (its
     manifest's provenance says quantize: int8) goes to CUDA as its float twin, or stays on the CPU under `auto`."""
@@ -64,7 +69,7 @@ def create_session(model_path: str | Path, opts: RuntimeOptions, int8: bool = Fa
     path = str(model_path)
     if opts.provider == "cpu":
         return _cpu_session(path, so, int8 and opts.float_twins)
-    if opts.provider == "auto" and CUDA not in ort.get_available_providers():
+    if opts.provider == "auto" and not cuda_available():
         session = _cpu_session(path, so, int8 and opts.float_twins)  # CPU-only build
     else:
         graph: str | bytes = path

@@ -49,10 +49,16 @@ def test_bundled_models_match_the_config_defaults() -> None:
     from extproc.config import default_config
 
     models = default_config().truthlens.models
-    copies = " ".join(i for i in dockerfile_stages()["runtime-base"] if i.startswith("COPY"))
-    assert "WORKDIR /app" in dockerfile_stages()["runtime-base"]
-    for rel in (models.sentinel, models.detector, models.explainer):
+    cpu_tier, quality_tier = models.detector_dirs  # detector: auto
+    stages = dockerfile_stages()
+    copies = " ".join(i for i in stages["runtime-base"] if i.startswith("COPY"))
+    assert "WORKDIR /app" in stages["runtime-base"]
+    for rel in (models.sentinel, cpu_tier, models.explainer):
         assert f"{rel}/ /app/{rel}/" in copies  # relative config paths resolve under WORKDIR /app
+    # the quality tier serves where the models run on CUDA: in the CUDA image only
+    assert quality_tier is not None and f"{quality_tier}/ /app/{quality_tier}/" not in copies
+    assert any(i.startswith("COPY") and f"{quality_tier}/ /app/{quality_tier}/" in i for i in stages["cuda"])
+    assert not any(quality_tier in i for i in stages["cpu"])
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:

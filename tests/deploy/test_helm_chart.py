@@ -329,7 +329,7 @@ def test_a_key_set_to_null_stays_null(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     cfg = yaml.safe_load(proc.stdout)["truthlens"]
     assert cfg["models"]["sentinel"] is None and cfg["models"]["explainer"] is None
-    assert cfg["models"]["detector"] == "models/detector"
+    assert cfg["models"]["detector"] == "auto"
     assert cfg["rag_context_field"] is None
 
 

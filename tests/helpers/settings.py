@@ -7,7 +7,7 @@ from typing import Any
 from extproc.config import default_config
 from extproc.inference.engine import EngineSettings
 
-NO_MODELS = dict(sentinel_dir=None, detector_dir=None, explainer_dir=None, surrogate_dir=None)
+NO_MODELS = dict(sentinel_dir=None, detector_dir=None, gpu_detector_dir=None, explainer_dir=None, surrogate_dir=None)
 
 
 def engine_settings(**kw: Any) -> EngineSettings:

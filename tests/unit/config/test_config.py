@@ -32,7 +32,8 @@ def test_example_parses_into_typed_attributes() -> None:
     cfg = load_config(EXAMPLE)
     assert cfg.server.grpc_address == "127.0.0.1:50051"
     assert cfg.truthlens.thresholds.token == 0.4
-    assert cfg.truthlens.models.detector == "models/detector"
+    assert cfg.truthlens.models.detector == "auto"
+    assert cfg.truthlens.models.detector_dirs == ("models/detector", "models/detector-full")
     assert cfg.truthlens.modes.standard.max_iterations == 2
     medical, internal = cfg.decisions
     assert medical.name == "medical" and medical.priority == 100
@@ -55,7 +56,7 @@ def test_default_token_threshold_is_the_bundled_detectors() -> None:
     """Retraining the default detector moves its dev-chosen threshold; the config default must follow."""
     manifest = json.loads((EXAMPLE.parents[1] / "models" / "detector" / "truthlens.json").read_text())
     assert default_config().truthlens.thresholds.token == manifest["provenance"]["recommended_token_threshold"]
-    assert default_config().truthlens.models.detector == "models/detector"
+    assert default_config().truthlens.models.detector_dirs[0] == "models/detector"
 
 
 def test_default_response_threshold_and_score_method_follow_the_bundled_calibration() -> None:
@@ -63,11 +64,12 @@ def test_default_response_threshold_and_score_method_follow_the_bundled_calibrat
     and the calibration must be for the default score method and the default explainer's model file."""
     fits = json.loads((EXAMPLE.parents[1] / "models" / "detector" / "calibration.json").read_text())["fits"]
     tl = default_config().truthlens
+    detector = tl.models.detector_dirs[0]
     assert all(tl.thresholds.response == f["fitted_on"]["recommended_response_threshold"] for f in fits)
     assert all(tl.score_method == f["raw_score"] == "fused" for f in fits)
     base, stacked = sorted(fits, key=lambda f: len(f["signals"]))
-    assert base["fitted_on"]["models"] == {"detector": tl.models.detector, "explainer": tl.models.explainer}
-    assert stacked["fitted_on"]["models"] == {"detector": tl.models.detector, "explainer": tl.models.explainer,
+    assert base["fitted_on"]["models"] == {"detector": detector, "explainer": tl.models.explainer}
+    assert stacked["fitted_on"]["models"] == {"detector": detector, "explainer": tl.models.explainer,
                                               "surrogate": tl.models.surrogate}
     assert list(stacked["signals"]) == ["context_pmi"] and tl.signals.context_pmi
 
@@ -278,7 +280,7 @@ def test_model_paths_resolve_against_cwd(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.chdir(tmp_path)
     (tmp_path / "models" / "detector").mkdir(parents=True)
     cfg = parse_config({"truthlens": {"models": {"sentinel": None, "explainer": "/abs/explainer"}}})
-    assert model_dir(cfg.truthlens.models.detector) == tmp_path / "models" / "detector"
+    assert model_dir(cfg.truthlens.models.detector_dirs[0]) == tmp_path / "models" / "detector"
     assert model_dir(cfg.truthlens.models.sentinel) is None
     warnings = config_warnings(cfg)
     assert len(warnings) == 1  # detector exists, sentinel is null, explainer is missing

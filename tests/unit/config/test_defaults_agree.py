@@ -70,10 +70,11 @@ def test_engine_settings_have_no_defaults_of_their_own() -> None:
 
     from extproc.inference.engine import EngineSettings
 
-    assert {f.name for f in fields(EngineSettings) if f.default is not MISSING} == {"prep_threads", "strict"}
+    assert {f.name for f in fields(EngineSettings) if f.default is not MISSING} == {"prep_threads", "strict",
+                                                                                     "float_twins"}
     cfg = default_config()
     s, t = EngineSettings.from_config(cfg), cfg.truthlens.thresholds
     assert (s.sentinel_threshold, s.token_threshold, s.response_threshold) == (t.sentinel, t.token, t.response)
-    assert s.max_wait_ms == cfg.truthlens.batching.max_wait_ms and s.detector_dir == cfg.truthlens.models.detector
+    assert s.max_wait_ms == cfg.truthlens.batching.max_wait_ms and (s.detector_dir, s.gpu_detector_dir) == cfg.truthlens.models.detector_dirs
     with pytest.raises(TypeError, match="no field"):
         EngineSettings.from_config(cfg, token_treshold=0.3)  # a typo is an error, not a silent default

@@ -179,6 +179,37 @@ async def test_partial_engine_reports_roles_and_providers(tiny_models):
         await engine.close()
 
 
+async def test_detector_auto_serves_the_quality_tier_only_where_its_session_runs_on_cuda(tiny_models, tmp_path,
+                                                                                        monkeypatch):
+    """`models.detector: auto` (detector_dir + gpu_detector_dir): on a GPU the quality tier's session must really
+    run on CUDA; anywhere else, and without its directory, the CPU tier serves."""
+    from extproc.inference import engine as engine_mod, runtime
+
+    cpu_tier, quality = str(tiny_models["bert-token"]), tmp_path / "quality"
+    shutil.copytree(tiny_models["modernbert-token"], quality)
+
+    async def served(**kw) -> str:
+        engine = build_engine(engine_settings(**{"detector_dir": cpu_tier, "gpu_detector_dir": str(quality),
+                                                 "provider": "auto", **kw}))
+        try:
+            return next(m.path for m in engine.models() if m.role == "detector")
+        finally:
+            await engine.close()
+
+    assert await served() == cpu_tier  # this CPU-only onnxruntime build: the quality tier is not even opened
+    monkeypatch.setattr(runtime.ort, "get_available_providers", lambda: [runtime.CUDA, runtime.CPU])
+    assert await served() == cpu_tier  # a CUDA build whose session still lands on the CPU (no GPU)
+    monkeypatch.setattr(engine_mod.OnnxModel, "provider",
+                        property(lambda m: runtime.CUDA if m.path == quality else runtime.CPU))  # as on a GPU
+    assert await served() == str(quality)
+    assert await served(provider="cpu") == cpu_tier
+    assert await served(gpu_detector_dir=str(tmp_path / "absent")) == cpu_tier
+    (quality / "truthlens.json").write_text("{}")  # a broken quality tier: the CPU tier serves, strict refuses
+    assert await served() == cpu_tier
+    with pytest.raises(ManifestError, match=r"truthlens.models.detector \(auto, CUDA\)"):
+        await served(strict=True)
+
+
 def test_broken_model_dir_fails_naming_the_config_key_when_strict(tiny_models, tmp_path):
     broken = shutil.copytree(tiny_models["bert-token"], tmp_path / "det")
     (broken / "truthlens.json").write_text("{}")
