@@ -91,7 +91,7 @@ test-llm: setup-dev $(LLM_VENV)/.stamp
 	TRUTHLENS_ENVOY_BIN=$(abspath $(ENVOY_BIN)) TRUTHLENS_LLM_PYTHON=$(abspath $(LLM_VENV))/bin/python \
 		$(PY) -m pytest -q -m llm tests/llm $(PYTEST_ARGS)
 
-# Rebuild the three bundled models (and the optional 4-layer detector, and the score calibration) from ../shared/data
+# Rebuild the three bundled models (the optional detectors, the score calibrations, the SmolLM2 writer fit) from ../shared/data
 # and the packaged MiniLM base
 # (CPU here: about two hours on 2 idle cores, most of it the two detectors). Each script takes --max-steps etc.
 models: setup-dev
@@ -115,8 +115,15 @@ models: setup-dev
 		--out data-cache/suite/calibration
 	$(PY) -m bench.real_output_suite --candidates detector_deep+verifier --fit-calibration detector_deep+verifier \
 		--out data-cache/suite/calibration-deep
-	$(PY) -m bench.real_output_suite --candidates detector_full+verifier --fit-calibration detector_full+verifier \
+	$(PY) -m bench.real_output_suite --candidates detector_full+verifier+pmi --fit-calibration detector_full+verifier+pmi \
 		--out data-cache/suite/calibration-full
+	# the writer fit for SmolLM2's own logprobs (truthlens.signals.upstream_fusion): the served score of real_rag's
+	# SmolLM2 answers and their recomputed logprobs, suite-dev only; read on suite-test in bench/results/writer-logprobs.md
+	$(PY) -m bench.real_output_suite --sets real_rag --candidates served --out data-cache/suite/served-real-rag
+	mkdir -p data-cache/writer-fusion
+	$(PY) -m bench.writer_logprobs --fusion-data data-cache/writer-fusion/smollm2-dev.jsonl --out data-cache/writer-fusion/report.md
+	$(VENV)/bin/truthlens fit-upstream --data data-cache/writer-fusion/smollm2-dev.jsonl --out models/upstream-fusion/smollm2.json
+	$(PY) -m bench.writer_logprobs --fusion models/upstream-fusion/smollm2.json
 
 # The real-output suite (../shared/data): answers real models wrote, labelled by people; thresholds chosen on
 # suite-dev, numbers on suite-test. Per-example scores are cached in data-cache/suite (delete it after retraining).

@@ -90,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="per-token logprobs of the teacher-forced passes (reused when present)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "writer-logprobs.md")
+    ap.add_argument("--fusion-data", type=Path, default=None, metavar="FILE.jsonl",
+                    help="also write the suite-dev answers of --fusion-writers in `truthlens fit-upstream`'s format")
+    ap.add_argument("--fusion-writers", nargs="+", default=["smollm2"], choices=list(gen.MODELS))
+    ap.add_argument("--fusion", type=Path, default=None, metavar="FILE.json",
+                    help="a `truthlens fit-upstream` file to read on the suite-test answers through the gateway's "
+                         "own WriterFusion (models/upstream-fusion/smollm2.json)")
     args = ap.parse_args(argv)
 
     rows = gen.load_rows(args.data)
@@ -147,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
                     "weight": fit.signals[name], "a": fit.a, "b": fit.b, "dev": len(dev), "test": len(test),
                     "served_test_auroc": auc(test, lambda i: i["served"]),
                     "test_auroc": auc(test, lambda i, f=fit, n=name: f(i["served"], {n: doubt(i["signals"], n)}))}
+    if args.fusion_data is not None:
+        dev_rows = [{"model": i["model"], "score": i["served"], "upstream": i["signals"], "hallucinated": i["hallucinated"]}
+                    for i in have if i["split"] == "dev" and i["model"] in args.fusion_writers]
+        args.fusion_data.write_text("".join(json.dumps(r) + "\n" for r in dev_rows), encoding="utf-8")
+    fused = fusion_on_test(args.fusion, have) if args.fusion is not None else {}
     cols = list(groups)
     lines = [
         "# Writer logprobs on real_rag (#16 item 4)", "",
@@ -167,12 +178,41 @@ def main(argv: list[str] | None = None) -> int:
                   "| scope (dev / test answers) | signal | weight | suite-test AUROC | served alone |", "|---|---|---|---|---|"]
         lines += [f"| {scope} ({s['dev']} / {s['test']}) | {n} | {s['weight']:.3f} | {s['test_auroc']:.3f} | "
                   f"{s['served_test_auroc']:.3f} |" for scope, by in stacks.items() for n, s in by.items()]
+    if fused:
+        lines += ["", f"The shipped writer fit (`{args.fusion.relative_to(REPO) if args.fusion.is_relative_to(REPO) else args.fusion}`,"
+                  " `truthlens fit-upstream` on the writer's suite-dev answers) read on suite-test through the gateway's",
+                  "`WriterFusion`; 95 % paired bootstrap interval of the AUROC difference (2000 resamples):", "",
+                  "| writer | test answers (hallucinated) | served | fused | fused - served |", "|---|---|---|---|---|"]
+        lines += [f"| {w} | {f['answers']} ({f['hallucinated']}) | {f['served']:.3f} | {f['fused']:.3f} | "
+                  f"{f['difference']['diff']:+.3f} [{f['difference']['low']:+.3f}, {f['difference']['high']:+.3f}] |"
+                  for w, f in fused.items()]
     lines += ["", "Caveats: tiny writers (135M / 270M), not the deployed LLMs a gateway fronts; answers re-tokenized from",
               "their stripped text; 260 answers, so differences under ~0.1 AUROC are within noise."]
-    write_results(args.out, "\n".join(lines) + "\n", {"auroc": table, "stacks": stacks, "items": items,
-                                                      "machine": machine_info()})
+    write_results(args.out, "\n".join(lines) + "\n", {"auroc": table, "stacks": stacks, "fusion": fused,
+                                                      "items": items, "machine": machine_info()})
     print("\n".join(lines))
     return 0
+
+
+def fusion_on_test(path: Path, items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per writer the fit file covers: served vs fused AUROC on its suite-test answers, with the paired interval."""
+    from extproc.evaluation.metrics import auroc_difference_resamples, interval
+    from extproc.inference.api import DetectionResult
+    from extproc.inference.upstream import UpstreamSignals, WriterFusion
+
+    fusion = WriterFusion.load(path)
+    out = {}
+    for writer in sorted(fusion.fits):
+        test = [i for i in items if i["model"] == writer and i["split"] == "test"]
+        labels = [i["hallucinated"] for i in test]
+        served = [i["served"] for i in test]
+        fused = [fusion.fuse(writer, DetectionResult(score=i["served"], spans=()),
+                             UpstreamSignals(i["tokens"], i["signals"]["mean_logprob"], i["signals"]["min_logprob"],
+                                             i["signals"]["mean_entropy"])).score for i in test]
+        diff = auroc_difference_resamples(fused, served, labels)
+        out[writer] = {"answers": len(test), "hallucinated": sum(labels), "served": auroc(served, labels),
+                       "fused": auroc(fused, labels), "difference": None if diff is None else interval(*diff)}
+    return out
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("extproc.commands.eval", "evaluate the detector on a JSONL file and write metrics"),
     "export": ("extproc.commands.export", "export a Hugging Face checkpoint (or a GGUF causal LM) to a TruthLens model directory"),
     "calibrate": ("extproc.commands.calibrate", "fit the LatentAudit signal (surrogate hidden states) on labelled answers"),
+    "fit-upstream": ("extproc.commands.fit_upstream",
+                     "fit per writer model the response score stacked with its own token logprobs (upstream_fusion)"),
 }
 
 

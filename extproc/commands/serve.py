@@ -77,7 +77,7 @@ async def _serve(cfg, args: argparse.Namespace, address: str) -> int:  # noqa: A
     from extproc.server import ServerOptions, SidecarServer
     from extproc.gateway.service import TruthLensService
     from extproc.telemetry.logging import configure_logging
-    from extproc.gateway.wiring import GatewayRuntime, build_engine, build_mitigator
+    from extproc.gateway.wiring import GatewayRuntime, StartupError, build_engine, build_mitigator, writer_fusion
 
     configure_logging(args.log_level or cfg.telemetry.log_level, cfg.telemetry.log_content)
     from extproc.telemetry.tracing import TracingUnavailable, configure_tracing, shutdown_tracing
@@ -101,6 +101,11 @@ async def _serve(cfg, args: argparse.Namespace, address: str) -> int:  # noqa: A
 
         metrics = Metrics(cfg.telemetry.tracing.service_name)
         metrics_server = start_metrics_server(args.metrics_address or cfg.server.metrics_address, metrics)
+    try:
+        writer_fusion(cfg)  # a file that cannot be used stops start-up before the models load (GatewayRuntime reads it)
+    except StartupError as exc:
+        print(f"truthlens serve: {exc}", file=sys.stderr)
+        return 2
     try:
         engine = build_engine(cfg)
     except Exception as exc:  # noqa: BLE001 - e.g. provider cuda without a GPU: fail start-up, say why

@@ -189,9 +189,12 @@ class SignalsConfig:
     context_mmd: bool = False  # LUMINA MMD vs other requests' passages (needs a calibration fit using it)
     reservoir_size: int = _bounded(64, 1)  # recent requests' passages kept in memory for context_mmd
     # ask the upstream for its token logprobs when the client did not (they are taken out of the response again);
-    # reported per answer (x-truthlens-upstream-*), not fused: no labelled data carries them yet
+    # reported per answer (x-truthlens-upstream-*), fused only through upstream_fusion
     upstream_logprobs: bool = False
     upstream_top_logprobs: int = _bounded(5, 0, 20)  # alternatives per token asked for (entropy needs >= 2)
+    # `truthlens fit-upstream` file: per writer model, the response score stacked with that model's own logprob
+    # signals (a response from a model it has no fit for keeps its score); null: logprobs are reported, not fused
+    upstream_fusion: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -380,8 +380,7 @@ class ChatExchange:
         new_body: bytes | None = None
         if text is not None and verdict.actionable and self._wants_mitigation():
             self.verdict, new_body = await self.rt.mitigator.mitigate(self.ctx, text, verdict)
-        if text is not None and self.logprobs is not None:
-            self.logprobs.read(text)
+        if text is not None and self.logprobs is not None:  # read by _judge_json
             self.verdict = self._with_upstream(self.verdict)
             stripped = self.logprobs.strip(new_body or text)
             new_body = stripped if stripped != (new_body or text) else new_body
@@ -419,6 +418,8 @@ class ChatExchange:
                 reason = UncheckedReason.BAD_JSON
         if reason is not None:
             return Verdict.unchecked(self._decision, reason, latency_ms=self.ctx.spent_ms), None
+        if self.logprobs is not None:
+            self.logprobs.read(text)  # before judging: the writer fusion stacks them into the scores
         verdict, _ = await self._judge(answers)
         return verdict, text
 
@@ -489,14 +490,14 @@ class ChatExchange:
             self.verdict = Verdict.unchecked(d, UncheckedReason.NO_ANSWER, latency_ms=ctx.spent_ms)
         else:
             ctx.answers = tuple(a.text(i) for i in a.indices())
-            ctx.choice_results = outcome.results
-            self.verdict = self._with_upstream(worst_choice_verdict(d, outcome.results, ctx.spent_ms))
+            ctx.choice_results = self._with_writer(outcome.results)
+            self.verdict = self._with_upstream(worst_choice_verdict(d, ctx.choice_results, ctx.spent_ms))
         meta = {"id": a.id, "model": a.model, "created": a.created}
         out = b""
         if d.action != "none":
             plan = self._plan(self.verdict)
             if plan.warning and self.verdict.status is Status.CHECKED:
-                for i in self._flagged(outcome.results):
+                for i in self._flagged(ctx.choice_results):
                     out += content_delta_chunk(i, plan.warning, **meta)
         if outcome.stopped:
             out += b"".join(finish_chunk(i, "content_filter", **meta) for i in a.indices())
@@ -528,9 +529,13 @@ class ChatExchange:
         ctx.mark("detect", t0)
         if reason is not None:
             return Verdict.unchecked(d, reason, latency_ms=ctx.spent_ms), {}
-        by_choice = {i: r for (i, _), r in zip(todo, results)}
+        by_choice = self._with_writer({i: r for (i, _), r in zip(todo, results)})
         ctx.answers, ctx.choice_results = tuple(answers), by_choice
         return worst_choice_verdict(d, by_choice, ctx.spent_ms), by_choice
+
+    def _with_writer(self, results: dict[int, DetectionResult]) -> dict[int, DetectionResult]:
+        """Each choice's score stacked with the writer's own logprobs where upstream_fusion fits this writer."""
+        return results if self.logprobs is None else self.logprobs.fused(self.rt.writer_fusion, results)
 
     def _with_upstream(self, verdict: Verdict) -> Verdict:
         """The upstream's own logprobs of the judged (worst) choice, on a finished check."""

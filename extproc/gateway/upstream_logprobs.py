@@ -1,4 +1,5 @@
-"""One exchange's upstream logprobs: asked for when the decision wants them, read, and cut out again.
+"""One exchange's upstream logprobs: asked for when the decision wants them, read, and cut out again,
+and stacked into each choice's score where `truthlens.signals.upstream_fusion` has a fit for the writer.
 
 Owned by a ChatExchange when its decision has `upstream_logprobs`; the wire work is in
 extproc.protocol.logprobs, the signals in extproc.inference.upstream.
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from extproc.inference.upstream import UpstreamSignals, upstream_signals
+from extproc.inference.api import DetectionResult
+from extproc.inference.upstream import UpstreamSignals, WriterFusion, upstream_signals
 from extproc.protocol.logprobs import (
     TokenLogprob,
     ask_for_logprobs,
@@ -20,11 +22,12 @@ from extproc.protocol.openai import read_json
 
 
 class UpstreamLogprobs:
-    __slots__ = ("asked", "tokens")
+    __slots__ = ("asked", "tokens", "model")
 
     def __init__(self) -> None:
         self.asked = False  # we asked the upstream: the client must not see them
         self.tokens: dict[int, list[TokenLogprob]] = {}  # per choice index, in answer order
+        self.model: str | None = None  # the response's `model`: whose logprobs these are
 
     def request(self, body: bytes, top_logprobs: int) -> bytes | None:
         """The upstream request asking for logprobs, or None when the client asked itself (then they stay)."""
@@ -38,6 +41,8 @@ class UpstreamLogprobs:
             obj = read_json(raw)
         except (ValueError, RecursionError):
             return
+        if self.model is None and isinstance(obj, dict) and isinstance(obj.get("model"), str):
+            self.model = obj["model"]
         for i, tokens in choice_logprobs(obj).items():
             self.tokens.setdefault(i, []).extend(tokens)
 
@@ -53,6 +58,12 @@ class UpstreamLogprobs:
     def event_rewrite(self) -> Callable[[bytes], bytes] | None:
         """SseStream's rewrite: each event without the logprobs we asked for (None: the client asked, they stay)."""
         return strip_event_logprobs if self.asked else None
+
+    def fused(self, fusion: WriterFusion | None, results: dict[int, DetectionResult]) -> dict[int, DetectionResult]:
+        """Each choice's result stacked with its own logprob signals, where `fusion` has a fit for this writer."""
+        if fusion is None:
+            return results
+        return {i: fusion.fuse(self.model, r, self.signals(i)) for i, r in results.items()}
 
     def signals(self, choice: int) -> UpstreamSignals | None:
         tokens = self.tokens.get(choice)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import importlib
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from extproc.config import Config, model_dir
 from extproc.inference.api import Engine, NullEngine
+from extproc.inference.calibration import CalibrationError
+from extproc.inference.upstream import WriterFusion
 from extproc.policy.decisions import Policy, compile_policy
 from extproc.protocol.grounding import GroundingRules, GroundingSettings
 
@@ -29,14 +32,33 @@ class GatewayRuntime:
     grounding: GroundingRules = field(init=False)  # where request documents are looked for
     metrics: Any = None  # extproc.telemetry.metrics.Metrics, or None in tests
     mitigator: Any = None  # extproc.gateway.mitigation.Mitigator for standard/premium modes
+    writer_fusion: WriterFusion | None = field(init=False)  # truthlens.signals.upstream_fusion
 
     def __post_init__(self) -> None:
         self.policy = compile_policy(self.config)
         self.grounding = grounding_rules(self.config)
+        self.writer_fusion = writer_fusion(self.config)
 
     @property
     def inference_timeout_s(self) -> float:
         return self.config.truthlens.inference_timeout_ms / 1000.0
+
+
+class StartupError(ValueError):
+    """A configured file that cannot be used: the message names the config key."""
+
+
+def writer_fusion(cfg: Config) -> WriterFusion | None:
+    """The `truthlens.signals.upstream_fusion` fits, or None; a file that cannot be used stops start-up."""
+    path = cfg.truthlens.signals.upstream_fusion
+    if path is None:
+        return None
+    try:
+        fusion = WriterFusion.load(Path(path).expanduser())
+    except CalibrationError as exc:
+        raise StartupError(f"truthlens.signals.upstream_fusion: {exc}") from exc
+    log.info("upstream_fusion: writer fits for %s", sorted(fusion.fits))
+    return fusion
 
 
 def grounding_rules(cfg: Config) -> GroundingRules:

@@ -96,10 +96,13 @@ class CalibrationSet:
         return max(usable, key=lambda c: len(c.signals), default=None)
 
     def save(self, directory: str | Path) -> Path:
-        path = Path(directory) / CALIBRATION_FILE
+        """As a detector directory's calibration.json."""
+        return self.write(Path(directory) / CALIBRATION_FILE)
+
+    def write(self, path: str | Path) -> Path:
         data = self.fits[0].to_json() if len(self.fits) == 1 else {"fits": [c.to_json() for c in self.fits]}
-        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        return path
+        Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        return Path(path)
 
     @classmethod
     def load(cls, path: str | Path) -> "CalibrationSet":

@@ -78,3 +78,36 @@ def test_sse_logprobs_are_read_then_removed_from_each_event(gateway: Gateway) ->
     assert [g for g in got if '"truthlens"' not in g] == [e[len(b"data: "):-2].decode() for e in plain]
     verdict = json.loads(got[-2])["truthlens"]
     assert verdict["status"] == "checked" and verdict["upstream"]["tokens"] == 7
+
+
+def test_a_writer_fit_stacks_the_writers_own_logprobs_into_the_score(gateway: Gateway, monkeypatch) -> None:
+    """truthlens.signals.upstream_fusion: a fit made for the response's model moves its score (JSON and SSE) and
+    says so in the signals; a response from another model keeps its score."""
+    from extproc.inference.calibration import Calibration
+    from extproc.inference.upstream import WriterFusion
+
+    fit = Calibration(1.0, 0.0, "response", fitted_on={"upstream_models": ["m"]},
+                      signals={"upstream_min_logprob": -1.0})
+    monkeypatch.setattr(gateway.service.rt, "writer_fusion", WriterFusion({"m": fit}))
+    logit = math.log(0.9 / 0.1)  # the scripted engine scores this answer 0.9
+    want = 1 / (1 + math.exp(-(logit + 1.0 * 0.4)))  # min logprob of TOKENS: -0.4
+    for model, score in (("m", want), ("another-model", 0.9)):
+        gateway.upstream.scripts["lp-fit"] = Script(body=with_logprobs(completion_json(ANSWER, model),
+                                                                       {"content": TOKENS, "refusal": None}))
+        r = httpx.post(gateway.base_url + "/v1/chat/completions", json=chat("How tall is it?"),
+                       headers={"x-demo-script": "lp-fit", "x-tl-logprobs": "1"}, timeout=30)
+        assert float(r.headers["x-truthlens-score"]) == pytest.approx(score, abs=1e-4)
+        assert ("upstream_min_logprob" in r.headers.get("x-truthlens-signals", "")) is (model == "m")
+    events = []
+    for chunk in completion_sse_chunks(ANSWER, "m", words_per_chunk=3):
+        data = chunk[len(b"data: "):-2]
+        obj = None if data == b"[DONE]" else json.loads(data)
+        if obj and obj["choices"] and obj["choices"][0]["delta"].get("content"):
+            obj["choices"][0]["logprobs"] = {"content": TOKENS[:1]}  # min logprob -0.1 over the stream
+        events.append(chunk if obj is None else b"data: " + json.dumps(obj).encode() + b"\n\n")
+    gateway.upstream.scripts["lp-fit-sse"] = Script(content_type="text/event-stream", chunks=events)
+    r = httpx.post(gateway.base_url + "/v1/chat/completions", json={**chat("How tall is it?"), "stream": True},
+                   headers={"x-demo-script": "lp-fit-sse", "x-tl-logprobs": "1"}, timeout=30)
+    verdict = json.loads(sse_events(r.content)[-2])["truthlens"]
+    assert verdict["score"] == pytest.approx(1 / (1 + math.exp(-(logit + 0.1))), abs=1e-4)
+    assert "upstream_min_logprob" in verdict["signals"]
