@@ -25,7 +25,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from bench.common import REPO, RESULTS, command, write_results
-from bench.real_output_suite import DATA, REPORT_ONLY, SETS, _fused, cached, load_sets, machine
+from bench.real_output_suite import DATA, REPORT_ONLY, _fused, cached, machine
+from models.pipelines.hallucination.suite_sets import SETS, load_sets
 from extproc.evaluation.metrics import auroc, flagged_at_recall
 
 BASES = {"detector": "detector_tokens", "detector_deep": "detector_deep_tokens",

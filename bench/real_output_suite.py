@@ -34,23 +34,11 @@ from typing import Any, Callable, Sequence
 from bench.common import REPO as ROOT
 from bench.common import RESULTS, command, machine_info, write_results
 from extproc.evaluation.metrics import auroc, latency_summary
-from extproc.evaluation.suite import Gold, Scored, choose_threshold, fmt, row_metrics, stable_sample, suite_split
+from extproc.evaluation.suite import Gold, Scored, choose_threshold, fmt, row_metrics
 from extproc.inference.spans import answer_sentences, sentence_doubt
+from models.pipelines.hallucination.suite_sets import SETS, context_of, load_sets
 
 DATA = ROOT.parent / "shared" / "data" / "hallucination"
-# set -> (converter source, id prefix filter or None, what)
-SETS: dict[str, tuple[str, str | None, str]] = {
-    "faithbench": ("faithbench", None, "LLM summaries, annotator spans"),
-    "xsum": ("xsum", None, "XSum system summaries, annotator spans"),
-    # FRANK's XSum half repeats the xsum set's summaries (part of them in xsum's training split): left out
-    "frank_cnndm": ("frank", "frank-cnndm", "FRANK CNN/DM system summaries, summary level"),
-    "qags": ("qags", None, "QAGS system summaries, majority-unfaithful sentences"),
-    "summedits": ("summedits", None, "SummEdits edited summaries, edit spans"),
-    "expertqa": ("expertqa", None, "ExpertQA GPT-4 answers, expert claim support"),
-    "attributionbench": ("attributionbench", None, "HAGRID / Bing Chat / Perplexity sentences, attribution"),
-    "real_rag": ("real_rag", None, "SmolLM2 / Gemma 3 RAG answers generated here, guide-labelled"),
-    "faithdial": ("faithdial", None, "dialogue replies (BEGIN audit): report only"),
-}
 REPORT_ONLY = {"faithdial"}
 RAG_SETS = ("expertqa", "attributionbench", "real_rag")
 
@@ -58,47 +46,8 @@ RAG_SETS = ("expertqa", "attributionbench", "real_rag")
 # ---------------------------------------------------------------- data
 
 
-def load_sets(data: Path, cache: Path, names: Sequence[str], per_split: int | None) -> dict[str, list[dict]]:
-    """name -> records (with `split`), converted once into the cache."""
-    from models.pipelines.hallucination.convert import DEV_FRACTION, SOURCES, convert
-    from models.pipelines.hallucination.records import read_jsonl
-
-    out: dict[str, list[dict]] = {}
-    for name in names:
-        source, prefix, _ = SETS[name]
-        if source not in SOURCES:
-            print(f"{name}: converter {source!r} not available, skipped", file=sys.stderr)
-            continue
-        conv = cache / "converted" / f"{source}.dev.jsonl"
-        if not conv.is_file():
-            try:
-                convert(source, data, cache / "converted", DEV_FRACTION.get(source))
-            except FileNotFoundError as exc:
-                print(f"{name}: {exc}; skipped", file=sys.stderr)
-                continue
-        recs = [r for r in read_jsonl(conv) if prefix is None or str(r["id"]).startswith(prefix)]
-        train = conv.with_name(f"{source}.train.jsonl")
-        if train.is_file():  # faithbench's converter groups by summary: drop dev answers about a training article
-            seen = {_doc_key(r) for r in read_jsonl(train)}
-            recs = [r for r in recs if _doc_key(r) not in seen]
-        for r in recs:
-            r["split"] = suite_split(str(r["group"]))
-        out[name] = [r for split in ("dev", "test")
-                     for r in stable_sample([r for r in recs if r["split"] == split], per_split)]
-    return out
-
-
-def _doc_key(rec: dict) -> str:
-    return " ".join("\n\n".join(context_of(rec)).split())[:300]
-
-
 def gold_of(rec: dict) -> Gold:
     return Gold(rec["answer"], tuple((int(s["start"]), int(s["end"])) for s in rec["labels"]))
-
-
-def context_of(rec: dict) -> list[str]:
-    ctx = rec["context"]
-    return [ctx] if isinstance(ctx, str) else list(ctx)
 
 
 # ---------------------------------------------------------------- candidates

@@ -11,7 +11,7 @@ remainder and nothing the suite measures with.
 
 A record of attributionbench / expertqa / frank_cnndm / qags is kept when
   - its `suite_split(group)` is "dev" (the suite-test side is never trained on),
-  - it is not among the 120 `stable_sample`d suite-dev records (`bench.real_output_suite.load_sets`,
+  - it is not among the 120 `stable_sample`d suite-dev records (`models.pipelines.hallucination.suite_sets.load_sets`,
     the suite's own code path, so the sample is exactly the suite's),
   - its group is the group of no sampled suite-dev record and of no suite-test record,
   - (stricter than the groups, because sets share sources: attributionbench holds ExpertQA answers,
@@ -90,7 +90,7 @@ def n_sentences(recs: Iterable[dict]) -> tuple[int, int]:
 
 def build(cache: Path, data: Path, per_split: int = 120) -> dict[str, tuple[list[dict], dict[str, int]]]:
     """set name -> (records to train on, counts of what was dropped and why)."""
-    from bench.real_output_suite import SETS, load_sets
+    from models.pipelines.hallucination.suite_sets import SETS, load_sets
 
     everything = load_sets(data, cache, list(SETS), None)  # every record, split marked, in stable_sample order
     held: list[dict] = []
