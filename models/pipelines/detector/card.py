@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from extproc.config.schema import DETECTOR_TIERS
 from models import shared
 
 # the training and dev sources' descriptions and licenses (text, beside this file)
@@ -188,7 +189,12 @@ def render(m: dict[str, Any], model_dir: str = "models/detector") -> str:
         "",
         *real_output_section(model_dir),
         f"- Base model: {shared.BASE_DESCRIPTION}" + (f"; only its lowest **{cfg['num_layers']} layers** are kept" if cfg.get("num_layers") else ""),
-        *([f"- **Optional, not the default**: a deeper encoder than the default detector's, so a larger window cost "
+        *([f"- **The quality tier**: the default `truthlens.models.detector: auto` serves it where its session runs "
+           f"on CUDA (the CUDA image ships it). On a CPU it is optional: a deeper encoder than the CPU tier's, so a "
+           f"larger window cost (see the latency line; over the 25 ms target for a 512-token window that the CPU tier "
+           f"meets). Select it everywhere with `truthlens.models.detector: {model_dir}`."]
+          if model_dir == DETECTOR_TIERS["cuda"] else
+          [f"- **Optional, not the default**: a deeper encoder than the default detector's, so a larger window cost "
            f"(see the latency line; over the 25 ms target for a 512-token window that the default meets). Select it with "
            f"`truthlens.models.detector: {model_dir}` and `truthlens.thresholds.token: {m['threshold']}`."]
           if model_dir != "models/detector" else []),

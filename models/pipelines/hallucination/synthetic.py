@@ -120,6 +120,35 @@ def swap(answer: str, start: int, knowledge: str, pool: list[str], rng: random.R
     return None
 
 
+def cross_swap(answer: str, start: int, knowledge: str, others: str, rng: random.Random
+               ) -> tuple[str, tuple[int, int]] | None:
+    """Replace one number, month or entity at or after `start` with one of the same kind that a distractor
+    passage (`others`) holds and the answer's own passage does not: a fact mixed in from the wrong passage, the
+    error small RAG writers make most (models/data/real_rag). The new text is in the context, so a detector
+    that only asks "is this token in the context?" cannot see it; None if nothing swappable."""
+    region = answer[start:]
+    low_k = knowledge.lower()
+    options = {
+        "num": [m.group(0) for m in NUMBER.finditer(others)],
+        "month": [m.group(0) for m in MONTH.finditer(others)],
+        "ent": [e for e in entities(others) if e.split()[0] not in STOP_CAPS],
+    }
+    cands = [("num", m) for m in NUMBER.finditer(region)] + [("month", m) for m in MONTH.finditer(region)]
+    cands += [("ent", m) for m in ENTITY.finditer(region)
+              if m.group(0).split()[0] not in STOP_CAPS and m.start() > 0]
+    rng.shuffle(cands)
+    for kind, m in cands:
+        old = m.group(0)
+        same = [o for o in options[kind] if o != old and o.lower() not in low_k
+                and (kind != "ent" or len(o.split()) == len(old.split()))]
+        if not same:
+            continue
+        new = rng.choice(same)
+        s = start + m.start()
+        return answer[:s] + new + answer[s + len(old):], (s, s + len(new))
+    return None
+
+
 def _fill(tpl: str, ents: list[str], pool: list[str], rng: random.Random) -> str:
     return tpl.format(
         E=rng.choice(ents) if ents else "It", E2=rng.choice(pool), P=rng.choice(pool),
@@ -159,8 +188,11 @@ def addition(answer: str, ents: list[str], record: dict, other: dict, pool: list
 
 
 def build(rows: list[dict], split: str, seed: int, p_faithful: float = 0.35, p_swap: float = 0.3,
-          max_distractors: int = 2, p_reword: float = 0.0) -> Iterator[Record]:
+          max_distractors: int = 2, p_reword: float = 0.0, p_mix: float = 0.0) -> Iterator[Record]:
+    """`p_mix`: that share of the perturbed answers with distractors swaps in a fact from a distractor passage
+    instead (`cross_swap`; its own random stream, so p_mix 0 writes exactly the records it always did)."""
     rng = random.Random(f"{seed}:{split}")
+    mix_rng = random.Random(f"{seed}:{split}:mix")
     pool = [e for r in rows[:3000] for e in entities(r["knowledge"])]
     for i, r in enumerate(rows):
         support = _support(r["knowledge"], r["question"], r["right_answer"])
@@ -171,7 +203,7 @@ def build(rows: list[dict], split: str, seed: int, p_faithful: float = 0.35, p_s
         if lead and body:
             body = body[0].lower() + body[1:] if not body[:2].isupper() and body.split()[0] in STOP_CAPS else body
         prefix = rng.choice(ANSWER_FIRST).format(a=r["right_answer"].strip().rstrip("."))
-        answer = prefix + lead + body
+        answer = clean = prefix + lead + body
         grounded_from = len(prefix)
         spans: list[tuple[int, int]] = []
         roll = rng.random()
@@ -190,6 +222,12 @@ def build(rows: list[dict], split: str, seed: int, p_faithful: float = 0.35, p_s
         for _ in range(rng.randint(0, max_distractors)):
             passages.append(rows[rng.randrange(len(rows))]["knowledge"])
         rng.shuffle(passages)
+        others = [p for p in passages if p != r["knowledge"]]
+        if p_mix and kind != "faithful" and others and mix_rng.random() < p_mix:
+            mixed = cross_swap(clean, grounded_from, r["knowledge"], "\n".join(others), mix_rng)
+            if mixed:
+                (answer, span), kind = mixed, "mix"
+                spans = [span]
         rec = make_record(f"synthetic_qa-{split}-{i}-{kind}", passages, r["question"], answer, spans,
                           "qa", "synthetic_qa", digest(r["question"]))
         rec["perturbation"] = kind
@@ -205,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--p-reword", type=float, default=0.0,
                     help="share of answers whose grounded text is reworded (reword.py) before perturbing")
+    ap.add_argument("--p-mix", type=float, default=0.0,
+                    help="share of perturbed answers (with distractors) that swap in a distractor passage's fact")
     args = ap.parse_args(argv)
     rows = {"train": [], "dev": []}
     with open(args.data / "halueval/eval_suite/dataset_halueval_qa.jsonl", encoding="utf-8") as fh:
@@ -214,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             r = json.loads(line)
             rows[split_of(digest(r["question"]), args.dev_fraction)].append(r)
     for split, part in rows.items():
-        n = write_jsonl(args.out / f"synthetic_qa.{split}.jsonl", build(part, split, args.seed, p_reword=args.p_reword))
+        n = write_jsonl(args.out / f"synthetic_qa.{split}.jsonl", build(part, split, args.seed, p_reword=args.p_reword,
+                                                                              p_mix=args.p_mix))
         print(f"synthetic_qa: {split} {n} -> {args.out}")
     return 0
 

@@ -203,6 +203,38 @@ def test_swap_changes_numbers_dates_and_months():
     assert new != knowledge and new[s:e] not in knowledge
 
 
+def test_cross_swap_takes_a_fact_from_the_distractor_passage():
+    """The error small RAG writers make (models/data/real_rag): a fact of the wrong passage. The new text is in
+    the context, absent from the answer's own passage, and exactly what the label marks."""
+    import random
+
+    knowledge = "The bridge opened in March 1932 and is 503 metres long. It was designed by John Bradfield."
+    others = "The tower opened in June 1889 and is 330 metres tall. It was designed by Gustave Eiffel."
+    for seed in range(20):
+        new, (s, e) = synthetic.cross_swap(knowledge, 0, knowledge, others, random.Random(seed))
+        assert new[s:e] in others and new[s:e].lower() not in knowledge.lower()
+        assert new != knowledge and new[:s] == knowledge[:s]  # one replacement, the text before it untouched
+    assert synthetic.cross_swap(knowledge, 0, knowledge, "nothing to take here", random.Random(0)) is None
+
+
+def test_synthetic_mixing_is_off_by_default_and_labels_distractor_facts():
+    before = list(synthetic.build(QA_ROWS * 10, "train", seed=7))
+    assert [r["answer"] for r in before] == [r["answer"] for r in synthetic.build(QA_ROWS * 10, "train", seed=7,
+                                                                                   p_mix=0.0)]
+    mixed = list(synthetic.build(QA_ROWS * 10, "train", seed=7, p_mix=1.0))
+    faithful = [r["perturbation"] == "faithful" for r in before]
+    assert [r["perturbation"] == "faithful" for r in mixed] == faithful  # only perturbed answers change kind
+    assert any(r["perturbation"] == "mix" for r in mixed)
+    for rec, old in zip(mixed, before):
+        validate(rec)
+        assert rec["context"] == old["context"]
+        if rec["perturbation"] == "mix":
+            (span,) = rec["labels"]
+            text = rec["answer"][span["start"]:span["end"]]
+            # in the context: only the passage it was taken from says it
+            assert any(text in c for c in (rec["context"] if isinstance(rec["context"], list) else [rec["context"]]))
+
+
 def test_summedits_keeps_exact_single_edits_and_rewordings(tmp_path: Path):
     doc = "Oman opened its airspace to Israeli carriers on Thursday, shortening flights to Asia by two hours."
     seed = "Oman opened its airspace to Israeli carriers, shortening flights to Asia."
