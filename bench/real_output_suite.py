@@ -235,6 +235,8 @@ PRODUCERS: dict[str, Callable[[list[dict], argparse.Namespace], list[dict]]] = {
     "detector_tokens": _detector_tokens("models/detector"),
     "detector_deep_tokens": _detector_tokens("models/detector-deep"),
     "detector_full_tokens": _detector_tokens("models/detector-full"),
+    # a candidate trained here, not shipped (its recipe: above SERVABLE): the default recipe with cross-passage swaps
+    "detector_mix_tokens": _detector_tokens("data-cache/detector-mix"),
     "verifier_nli": _verifier("models/explainer"),
     "verifier_trained_nli": _verifier("models/verifier"),
     "served": _served,
@@ -373,6 +375,12 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
     "pmi_low_tail": (("pmi",), _pmi_low_tail, None, "context PMI's low tail: -10th percentile of token PMI"),
     "detector+verifier+pmi+sentence": (("detector_tokens", "verifier_nli", "pmi"), _fused_pmi_sentence, None,
                                        "fused score stacked with the mean context PMI and the worst sentence's PMI"),
+    "detector_mix": (("detector_mix_tokens",), lambda r: _token_scored(r, "min"), None,
+                     "3-layer detector trained with cross-passage swaps (not shipped; recipe above SERVABLE)"),
+    "detector_mix+verifier": (("detector_mix_tokens", "verifier_nli"), _fused, None,
+                              "score_method fused with the cross-passage-swap detector"),
+    "detector_mix+verifier+pmi": (("detector_mix_tokens", "verifier_nli", "pmi"), _fused_pmi, None,
+                                  "the cross-passage-swap detector's fused score stacked with context PMI"),
     "verifier_trained": (("verifier_trained_nli",), _sentence_scored, None,
                          "grounding verifier trained here (models/verifier), worst sentence"),
     "detector+verifier_trained": (("detector_tokens", "verifier_trained_nli"), _fused, None,
@@ -380,6 +388,11 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
 }
 
 
+# The detector_mix candidates read a detector trained by (CPU, ~25 min on 2 cores):
+#   python -m models.pipelines.hallucination.synthetic --out data-cache/hallucination-mix --p-mix 0.5
+#   (plus links to every other converted file of data-cache/hallucination in that folder)
+#   python -m models.pipelines.detector.train --config models/detector/train.yaml \
+#       --data data-cache/hallucination-mix --out data-cache/detector-mix
 # candidates the gateway can serve as `score_method: fused`: the model directories they use
 SERVABLE = {
     "detector+verifier": {"detector": "models/detector", "explainer": "models/explainer"},
@@ -481,7 +494,8 @@ def evaluate(sets: dict[str, list[dict]], candidates: Sequence[str], cache: Path
 
 # pairs whose suite-test AUROC difference the report gives with a bootstrap interval (both must have run)
 COMPARISONS = (("served", "detector_max"), ("served", "detector"), ("served", "context_pmi"),
-               ("served_float_twins", "served"), ("served_gpu", "served"))
+               ("served_float_twins", "served"), ("served_gpu", "served"),
+               ("detector_mix+verifier+pmi", "detector+verifier+pmi"), ("detector_mix+verifier", "detector+verifier"))
 
 
 def compare(keep: dict[str, Any], pairs: Sequence[tuple[str, str]] = COMPARISONS,
