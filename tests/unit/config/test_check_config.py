@@ -134,3 +134,18 @@ def test_dev_refuses_a_mode_without_its_llms_before_starting_anything(
     err = capsys.readouterr().err
     assert "  truthlens.modes.premium.verifiers: expected at least one verifier" in err
     assert started == []
+
+
+def test_serve_refuses_an_unusable_writer_fit_naming_the_key(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """truthlens.signals.upstream_fusion: a file that is not a writer fit stops start-up before any model loads."""
+    from extproc.commands import serve
+
+    (tmp_path / "fits.json").write_text('{"a": 1.0, "b": 0.0, "raw_score": "fused"}')
+    path = tmp_path / "fusion.yaml"
+    path.write_text(f"truthlens:\n  signals:\n    upstream_fusion: {tmp_path / 'fits.json'}\n"
+                    "  models: {sentinel: null, detector: null, explainer: null, surrogate: null}\n")
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    assert serve.run(parser.parse_args(["--config", str(path), "--no-metrics"])) == 2
+    assert "truthlens.signals.upstream_fusion: " in capsys.readouterr().err
