@@ -8,7 +8,8 @@ event's fields (or the `x-truthlens-score` / `x-truthlens-upstream-*` headers), 
 `signals.upstream_logprobs` on and `upstream_fusion` unset. A logistic fit per model (Newton steps, the same
 as the score calibration) of the label on logit(score) and the chosen signals; a model with fewer than
 `--min-answers` answers, or without both labels, gets no fit and keeps its score. Logprob scales belong to
-their model: a fit is used only for the models it was made on. The report's AUROCs are in-sample; judge a
+their model: a fit is used only for the models it was made on. The fit also weighs the score of the detector
+and calibration that produced it: refit after changing either. The report's AUROCs are in-sample; judge a
 fit on answers it was not fitted on (bench/results/writer-logprobs.md does, for SmolLM2).
 Exit 2 on bad input, 1 when no model has enough answers.
 """
