@@ -212,6 +212,11 @@ def _served(recs: list[dict], args: argparse.Namespace, float_twins: bool = Fals
     return out
 
 
+def _served_scored(raw: dict) -> Scored:
+    """A `served` producer's row: the gateway's response score and its flagged spans."""
+    return Scored(raw["score"], tuple((s, e, v) for s, e, v in raw["spans"]))
+
+
 def _served_threshold() -> float:
     from extproc.config import default_config
 
@@ -335,15 +340,13 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], Callable[..., Scored], float | None
     "detector+verifier": (("detector_tokens", "verifier_nli"), _fused, None,
                           "score_method fused with the bundled explainer: per sentence sqrt(detector max token prob "
                           "x (1 - P(entailment))), worst sentence"),
-    "served": (("served",), lambda r: Scored(r["score"], tuple((s, e, v) for s, e, v in r["spans"])), _served_threshold(),
+    "served": (("served",), _served_scored, _served_threshold(),
                "the gateway as shipped: truthlens eval's engine path with the default config (score_method, "
                "calibration, thresholds.response)"),
-    "served_float_twins": (("served_float_twins",),
-                           lambda r: Scored(r["score"], tuple((s, e, v) for s, e, v in r["spans"])), _served_threshold(),
+    "served_float_twins": (("served_float_twins",), _served_scored, _served_threshold(),
                            "`served` with the int8 encoders run as their float twins, as on onnxruntime's CUDA "
                            "provider (computed on the CPU), under the same calibration and threshold"),
-    "served_gpu": (("served_gpu",), lambda r: Scored(r["score"], tuple((s, e, v) for s, e, v in r["spans"])),
-                   _served_threshold(),
+    "served_gpu": (("served_gpu",), _served_scored, _served_threshold(),
                    "the gateway as a GPU serves it by default (computed on the CPU): models.detector auto's quality "
                    "tier (detector-full, with its calibration) and the explainer as float twins, thresholds.response"),
     "detector_deep+verifier": (("detector_deep_tokens", "verifier_nli"), _fused, None,
