@@ -23,7 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-NAMES = ("mean_logprob", "min_logprob", "mean_entropy")
+from extproc.inference.upstream import SIGNALS
+
+PREFIX = "upstream_"  # a fit names its signals as the gateway does (`upstream.signal_values`); the file's fields drop it
+NAMES = tuple(s.removeprefix(PREFIX) for s in SIGNALS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +47,7 @@ def read_rows(path: Path, signals: list[str]) -> dict[str, list[tuple[float, dic
         try:
             row = json.loads(line)
             model, score, up, label = row["model"], float(row["score"]), row["upstream"], row["hallucinated"]
-            values = {f"upstream_{k}": float(up[k]) for k in signals}
+            values = {PREFIX + k: float(up[k]) for k in signals}
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}:{n}: expected model, score, upstream.{{{','.join(signals)}}} and "
                              f"hallucinated ({exc!r})") from exc
